@@ -1,0 +1,3 @@
+"""fglrepro: a reproducibility pipeline for federated graph learning papers."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Small command-line entry points, one per workflow stage."""

@@ -1,0 +1,113 @@
+"""Typed configuration blocks shared by every training run.
+
+A study YAML gives ``model``, ``train`` and ``evaluation`` blocks plus per-method
+hyperparameters; each block is parsed into a frozen dataclass here. Unknown keys are
+an error that names the key and lists the valid ones, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, TypeVar, get_type_hints
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value a user has to fix; the message names key and valid choices."""
+
+
+def from_dict(cls: type[T], values: Mapping[str, Any] | None, where: str) -> T:
+    """Build dataclass ``cls`` from ``values``, rejecting unknown keys and wrong types.
+
+    ``where`` names the config block in error messages (e.g. ``"hparams of fedprox"``).
+    """
+    values = dict(values or {})
+    hints = get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {unknown} in {where}; valid keys: {names or 'none'}"
+        )
+    kwargs = {}
+    for name, value in values.items():
+        kwargs[name] = _coerce(value, hints[name], f"{where}.{name}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    origin = getattr(hint, "__origin__", None)
+    args = getattr(hint, "__args__", ())
+    if value is None and type(None) in args:
+        return None
+    if origin is not None and type(None) in args:  # Optional[X]
+        hint = next(a for a in args if a is not type(None))
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, str, bool) and type(value) is hint:
+        return value
+    if hint is float or hint in (int, str, bool):
+        raise ConfigError(f"{key} must be of type {hint.__name__}, got {value!r}")
+    return value
+
+
+def choice(value: str, valid: tuple[str, ...], key: str) -> str:
+    """Return ``value`` if it is one of ``valid``, else raise a ConfigError naming both."""
+    if value not in valid:
+        raise ConfigError(f"{key} = {value!r} is not valid; choose one of {list(valid)}")
+    return value
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Backbone architecture shared by all clients (unless a method says otherwise)."""
+
+    arch: str = "gcn"
+    hidden: int = 64
+    layers: int = 2
+    dropout: float = 0.5
+    readout: bool = False
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Federated schedule and local optimiser."""
+
+    rounds: int = 100
+    local_epochs: int = 3
+    optimizer: str = "adam"
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+
+    def __post_init__(self) -> None:
+        choice(self.optimizer, ("adam", "sgd"), "train.optimizer")
+        if self.rounds < 1 or self.local_epochs < 0:
+            raise ConfigError("train.rounds must be >= 1 and train.local_epochs >= 0")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Which model is tested, how client metrics are averaged, and round selection.
+
+    ``model = "global"``: after the server step, the model each client receives (the
+    global model for non-personalised methods) is tested on the client's data.
+    ``model = "local"``: each client's own model right after its local training.
+    ``average`` picks the average (weighted by client node count, or plain mean over
+    clients) that selects the best-validation round; both are always recorded.
+    ``patience``: stop after this many rounds without a new best validation accuracy.
+    """
+
+    model: str = "global"
+    average: str = "weighted"
+    patience: int | None = None
+
+    def __post_init__(self) -> None:
+        choice(self.model, ("global", "local"), "evaluation.model")
+        choice(self.average, ("weighted", "unweighted"), "evaluation.average")
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """Plain-dict view of a config dataclass (for the run JSON)."""
+    return dataclasses.asdict(obj)

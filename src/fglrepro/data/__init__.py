@@ -1,0 +1,1 @@
+"""Datasets: registry, verified download, and the canonical prepared graph."""

@@ -1,0 +1,68 @@
+"""Verified acquisition of raw dataset files: bundled mirror first, official loader otherwise."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from fglrepro.data.checksums import ChecksumError, read_sums, sha256, verify
+from fglrepro.data.registry import DatasetSpec, load_with_loader
+
+log = logging.getLogger(__name__)
+
+PINNED_SUMS = Path(__file__).with_name("pinned_sha256sums.txt")
+
+
+def pinned_checksums() -> dict[str, str]:
+    """SHA-256 of official raw files known to the project (file name -> digest)."""
+    return read_sums(PINNED_SUMS)
+
+
+def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: str | Path | None) -> dict:
+    """Place ``spec``'s raw files under ``raw_root`` in the loader's layout, verified.
+
+    If ``mirror`` holds every raw file, they are copied from there; otherwise the
+    official loader downloads them. Either way each file is checked against the pinned
+    checksum (or, for a mirror, its own ``SHA256SUMS``); a mismatch deletes the file
+    and raises :class:`ChecksumError`.
+
+    Returns a record ``{"dataset", "source", "files": {name: sha256}, "pinned": bool}``.
+    """
+    raw_dir = Path(raw_root) / spec.raw_subdir
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    pinned = pinned_checksums()
+    mirror_dir = Path(mirror) if mirror else None
+    if mirror_dir and all((mirror_dir / name).is_file() for name in spec.raw_files):
+        mirror_sums_file = mirror_dir / "SHA256SUMS"
+        mirror_sums = read_sums(mirror_sums_file) if mirror_sums_file.is_file() else {}
+        for name in spec.raw_files:
+            expected = pinned.get(name) or mirror_sums.get(name)
+            if expected is None:
+                raise ChecksumError(f"no checksum known for mirror file {mirror_dir / name}")
+            partial = raw_dir / f"{name}.part"
+            shutil.copyfile(mirror_dir / name, partial)
+            try:
+                verify(partial, expected)
+            except ChecksumError:
+                partial.unlink()
+                raise
+            partial.replace(raw_dir / name)
+        source = f"mirror:{mirror_dir}"
+    else:
+        log.info("downloading %s through its official loader", spec.name)
+        load_with_loader(spec, str(raw_root))
+        source = "download"
+        for name in spec.raw_files:
+            if name in pinned:
+                try:
+                    verify(raw_dir / name, pinned[name])
+                except ChecksumError:
+                    (raw_dir / name).unlink()
+                    shutil.rmtree(raw_dir.parent / "processed", ignore_errors=True)
+                    raise
+    files = {name: sha256(raw_dir / name) for name in spec.raw_files}
+    unpinned = sorted(set(files) - set(pinned))
+    if unpinned:
+        log.warning("no pinned checksum for %s; recorded digests on first use", unpinned)
+    return {"dataset": spec.name, "source": source, "files": files, "pinned": not unpinned}

@@ -1,0 +1,1 @@
+"""The shared federated machinery: client data, local training, aggregation, round loop."""

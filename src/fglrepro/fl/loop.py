@@ -1,0 +1,126 @@
+"""The shared federated round loop and its bookkeeping."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from fglrepro.config import EvalConfig
+from fglrepro.fl.method import FederatedMethod
+from fglrepro.fl.training import Diverged, evaluate
+
+log = logging.getLogger(__name__)
+
+METRIC_KEYS = ("val_acc", "val_f1_macro", "test_acc", "test_f1_macro")
+
+
+def average_client_metrics(per_client: list[dict[str, float]], weights: list[float]) -> dict:
+    """Weighted (by ``weights``) and unweighted means of each metric over clients."""
+    w = np.asarray(weights, dtype=float) / np.sum(weights)
+    return {
+        "weighted": {m: float(np.dot(w, [c[m] for c in per_client])) for m in METRIC_KEYS},
+        "unweighted": {m: float(np.mean([c[m] for c in per_client])) for m in METRIC_KEYS},
+    }
+
+
+@dataclass
+class History:
+    """Per-round record of a run and the selected (best-validation) round.
+
+    ``rounds[i]`` holds ``{"round", "train_loss", "upload_bytes", "weighted": {...},
+    "unweighted": {...}, "clients": [per-client metrics]}``.
+    """
+
+    rounds: list[dict] = field(default_factory=list)
+    best_index: int = -1
+    stopped_early: bool = False
+
+    @property
+    def best(self) -> dict:
+        return self.rounds[self.best_index]
+
+    @property
+    def final(self) -> dict:
+        return self.rounds[-1]
+
+
+def run_federation(
+    method: FederatedMethod, rounds: int, evaluation: EvalConfig,
+    on_round: Callable[[dict], None] | None = None,
+) -> History:
+    """Run up to ``rounds`` communication rounds of ``method``.
+
+    Each round: participants train locally and upload; if ``evaluation.model`` is
+    ``local`` the clients' freshly trained models are tested; the server updates; if it
+    is ``global`` the models clients receive are tested. The best round is the one with
+    the highest validation accuracy under ``evaluation.average``; with
+    ``evaluation.patience`` the run stops after that many rounds without improvement.
+
+    Raises :class:`~fglrepro.fl.training.Diverged` when a local loss is not finite.
+    """
+    clients = method.clients
+    weights = [float(c.num_nodes) for c in clients]
+    history = History()
+    since_best = 0
+    for round_ in range(1, rounds + 1):
+        uploads = {k: method.client_update(k, round_) for k in method.participants(round_)}
+        uploads = {k: u for k, u in uploads.items() if u is not None}
+        if evaluation.model == "local":
+            per_client = [evaluate(method.eval_model(k, "local"), c) for k, c in enumerate(clients)]
+        method.server_update(round_, uploads)
+        if evaluation.model == "global":
+            per_client = [evaluate(method.eval_model(k, "global"), c) for k, c in enumerate(clients)]
+        losses = [u.loss for u in uploads.values()]
+        record = {
+            "round": round_,
+            "train_loss": float(np.mean(losses)) if losses else float("nan"),
+            "upload_bytes": int(sum(u.num_bytes for u in uploads.values())),
+            **average_client_metrics(per_client, weights),
+            "clients": per_client,
+        }
+        if losses and not np.isfinite(record["train_loss"]):
+            raise Diverged(f"mean training loss is {record['train_loss']} in round {round_}")
+        history.rounds.append(record)
+        score = record[evaluation.average]["val_acc"]
+        if history.best_index < 0 or score > history.best[evaluation.average]["val_acc"]:
+            history.best_index = len(history.rounds) - 1
+            since_best = 0
+        else:
+            since_best += 1
+        if on_round is not None:
+            on_round(record)
+        if evaluation.patience is not None and since_best >= evaluation.patience:
+            history.stopped_early = True
+            break
+    return history
+
+
+class RoundProgress:
+    """Per-round progress: a tqdm bar on a terminal, else a log line every ~10 %."""
+
+    def __init__(self, rounds: int, average: str) -> None:
+        self.rounds = rounds
+        self.average = average
+        self.every = max(1, rounds // 10)
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=rounds, unit="round", dynamic_ncols=True)
+
+    def __call__(self, record: dict) -> None:
+        m = record[self.average]
+        text = f"loss {record['train_loss']:.4f} val {m['val_acc']:.4f} test {m['test_acc']:.4f}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update(1)
+        elif record["round"] % self.every == 0 or record["round"] == self.rounds:
+            log.info("round %d/%d %s", record["round"], self.rounds, text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

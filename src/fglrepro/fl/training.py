@@ -1,0 +1,67 @@
+"""Local training and evaluation of one model on one client, full batch."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fglrepro.config import TrainConfig
+from fglrepro.fl.clients import ClientData
+from fglrepro.metrics import accuracy, macro_f1
+
+ExtraLoss = Callable[[nn.Module], Tensor]
+
+
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """The local optimiser named by ``config.optimizer``."""
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def train_epochs(
+    model: nn.Module, optimizer: torch.optim.Optimizer, client: ClientData, epochs: int,
+    extra_loss: ExtraLoss | None = None,
+) -> float:
+    """``epochs`` full-batch steps of cross-entropy on the client's training nodes,
+    plus ``extra_loss(model)`` when given (e.g. a proximal term).
+
+    Returns the last step's loss; raises :class:`Diverged` if it is not finite.
+    """
+    model.train()
+    value = float("nan")
+    for _ in range(epochs):
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(client.x, client.adj)
+        loss = F.cross_entropy(logits[client.train_mask], client.y[client.train_mask])
+        if extra_loss is not None:
+            loss = loss + extra_loss(model)
+        loss.backward()
+        optimizer.step()
+        value = float(loss)
+        if not math.isfinite(value):
+            raise Diverged(f"training loss became {value}")
+    return value
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, client: ClientData) -> dict[str, float]:
+    """Accuracy and macro-F1 of ``model`` on the client's val and test nodes.
+
+    Returns ``{"val_acc", "val_f1_macro", "test_acc", "test_f1_macro"}``.
+    """
+    model.eval()
+    pred = model(client.x, client.adj).argmax(dim=-1)
+    out = {}
+    for split, mask in (("val", client.val_mask), ("test", client.test_mask)):
+        out[f"{split}_acc"] = accuracy(pred[mask], client.y[mask])
+        out[f"{split}_f1_macro"] = macro_f1(pred[mask], client.y[mask], client.num_classes)
+    return out

@@ -1,0 +1,1 @@
+"""Graph partitioning into federated clients, client splits, and partition statistics."""

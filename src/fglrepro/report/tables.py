@@ -1,0 +1,139 @@
+"""Tables in the papers' layout and side-by-side comparisons with reported numbers.
+
+Inputs are the tidy metrics CSV of :mod:`fglrepro.report.collect` (percent) and, for the
+comparison, a reported-values CSV with columns paper, table, method, dataset, clients,
+metric, mean, std.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: metric name in comparison/paper CSVs -> column in the metrics CSV.
+METRIC_COLUMNS = {"acc": "test_acc", "f1_macro": "test_f1_macro"}
+CELL_KEYS = ["label", "dataset", "clients"]
+
+
+def cell_summary(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Mean and population std (ddof=0) over seeds of ``ok`` runs, per method x dataset x clients
+    x metric; ``status`` is ``ok``, or the failure status when no run of the cell succeeded."""
+    rows = []
+    for (label, dataset, clients), group in metrics.groupby(CELL_KEYS, sort=False):
+        ok = group[group["status"] == "ok"]
+        failed = sorted(set(group["status"]) - {"ok"})
+        for metric, column in METRIC_COLUMNS.items():
+            values = ok[column].to_numpy(dtype=float) if len(ok) else np.array([])
+            rows.append({
+                "method": label, "dataset": dataset, "clients": int(clients), "metric": metric,
+                "mean": float(values.mean()) if len(values) else np.nan,
+                "std": float(values.std()) if len(values) else np.nan,
+                "n_ok": len(ok), "n_runs": len(group),
+                "status": "ok" if len(ok) else "/".join(failed),
+                "failed": "/".join(failed),
+            })
+    return pd.DataFrame(rows)
+
+
+def _format_cell(row: pd.Series, decimals: int) -> str:
+    if row["n_ok"] == 0:
+        return row["status"].upper()
+    text = f"{row['mean']:.{decimals}f} ± {row['std']:.{decimals}f}"
+    if row["failed"]:
+        text += f" ({row['n_runs'] - row['n_ok']} {row['failed']})"
+    return text
+
+
+def layout(summary: pd.DataFrame, meta: dict, metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Paper layout for one metric: rows = methods (study order), columns = (dataset, clients).
+
+    Returns ``(text, is_best)``: formatted cells and a boolean frame marking the best mean
+    of each column.
+    """
+    part = summary[summary["metric"] == metric]
+    methods = [m for m in meta["labels"].values() if m in set(part["method"])]
+    columns = pd.MultiIndex.from_tuples(
+        [(d, c) for d in meta["datasets"] for c in meta["clients"]], names=["dataset", "clients"]
+    )
+    text = pd.DataFrame("", index=methods, columns=columns)
+    means = pd.DataFrame(np.nan, index=methods, columns=columns)
+    for _, row in part.iterrows():
+        key = (row["dataset"], row["clients"])
+        if key in columns:
+            text.loc[row["method"], key] = _format_cell(row, meta["decimals"])
+            means.loc[row["method"], key] = row["mean"]
+    best = means.eq(means.max(axis=0), axis=1) & means.notna()
+    return text, best
+
+
+def to_markdown(text: pd.DataFrame, best: pd.DataFrame, title: str) -> str:
+    header = ["Method"] + [f"{d} ({c})" for d, c in text.columns]
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] + [":---:"] * len(text.columns)) + "|"]
+    for method in text.index:
+        cells = [f"**{v}**" if best.loc[method, col] else v for col, v in text.loc[method].items()]
+        lines.append("| " + " | ".join([method] + cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _tex_escape(value: str) -> str:
+    return value.replace("±", r"$\pm$").replace("%", r"\%").replace("_", r"\_").replace("&", r"\&")
+
+
+def to_latex(text: pd.DataFrame, best: pd.DataFrame, caption: str) -> str:
+    """booktabs table with a dataset header row spanning its client-count columns."""
+    datasets = list(dict.fromkeys(d for d, _ in text.columns))
+    per = {d: [c for dd, c in text.columns if dd == d] for d in datasets}
+    spec = "l" + "".join("c" * len(per[d]) for d in datasets)
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex_escape(caption)}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(["Dataset"] + [rf"\multicolumn{{{len(per[d])}}}{{c}}{{{d}}}" for d in datasets]) + r" \\"]
+    start = 2
+    rules = []
+    for d in datasets:
+        rules.append(rf"\cmidrule(lr){{{start}-{start + len(per[d]) - 1}}}")
+        start += len(per[d])
+    lines.append(" ".join(rules))
+    lines.append(" & ".join(["Method"] + [f"{c} clients" for d in datasets for c in per[d]]) + r" \\")
+    lines.append(r"\midrule")
+    for method in text.index:
+        cells = []
+        for col, value in text.loc[method].items():
+            value = _tex_escape(value)
+            cells.append(rf"\textbf{{{value}}}" if best.loc[method, col] else value)
+        lines.append(" & ".join([_tex_escape(method)] + cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def comparison(summary: pd.DataFrame, reported: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """Reproduced cells next to the paper's reported ones (percent; delta = reproduced - reported).
+
+    Every reproduced cell appears; ``reported_*`` is empty where the paper has no value.
+    """
+    paper = reported[(reported["paper"] == meta["paper"]) & (reported["table"] == meta["table"])]
+    paper = paper.rename(columns={"mean": "reported_mean", "std": "reported_std"})
+    ours = summary.rename(columns={"mean": "reproduced_mean", "std": "reproduced_std"})
+    keys = ["method", "dataset", "clients", "metric"]
+    merged = ours.merge(paper[keys + ["reported_mean", "reported_std"]], on=keys, how="left")
+    merged["delta"] = merged["reproduced_mean"] - merged["reported_mean"]
+    columns = keys + ["reported_mean", "reported_std", "reproduced_mean", "reproduced_std", "delta",
+                      "n_ok", "n_runs", "status"]
+    return merged[columns]
+
+
+def comparison_markdown(table: pd.DataFrame, title: str, decimals: int) -> str:
+    def fmt(value) -> str:
+        return "" if pd.isna(value) else f"{value:.{decimals}f}"
+
+    lines = [f"### {title}: reproduced vs reported (percent)", "",
+             "| Method | Dataset | Clients | Metric | Reported | Reproduced | Δ | Seeds ok |",
+             "|---|---|---:|---|---:|---:|---:|---:|"]
+    for _, r in table.iterrows():
+        reported = f"{fmt(r.reported_mean)} ± {fmt(r.reported_std)}" if pd.notna(r.reported_mean) else "n/a"
+        reproduced = (f"{fmt(r.reproduced_mean)} ± {fmt(r.reproduced_std)}" if r.n_ok
+                      else r.status.upper())
+        delta = f"{r.delta:+.{decimals}f}" if pd.notna(r.delta) else ""
+        lines.append(f"| {r.method} | {r.dataset} | {r.clients} | {r.metric} | {reported} | "
+                     f"{reproduced} | {delta} | {r.n_ok}/{r.n_runs} |")
+    return "\n".join(lines) + "\n"

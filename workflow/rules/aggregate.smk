@@ -1,0 +1,17 @@
+"""Stage 4: one tidy CSV of run metrics (and one of per-round curves) per study."""
+
+
+rule aggregate:
+    input:
+        runs=lambda w: study_runs(w.study),
+        code=[PKG / "cli/aggregate.py", PKG / "report/collect.py"],
+    output:
+        metrics=RESULTS + "/metrics/{study}.csv",
+        curves=RESULTS + "/metrics/{study}.curves.csv",
+    params:
+        meta=lambda w: study_meta(w.study),
+    log:
+        RESULTS + "/logs/aggregate/{study}.log",
+    shell:
+        "fgl-aggregate --meta {params.meta:q} --out-metrics {output.metrics}"
+        " --out-curves {output.curves} {input.runs} > {log} 2>&1"

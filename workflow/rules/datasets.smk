@@ -1,0 +1,36 @@
+"""Stage 1: verified raw files, then the canonical prepared graph."""
+
+
+rule download:
+    output:
+        DATA + "/raw/{dataset}/download.json",
+    params:
+        root=DATA + "/raw",
+        mirror=lambda w: f"--mirror {config['mirror']}" if config["mirror"] else "",
+    log:
+        RESULTS + "/logs/download/{dataset}.log",
+    shell:
+        "fgl-data download --dataset {wildcards.dataset} --root {params.root} {params.mirror}"
+        " --out {output} > {log} 2>&1"
+
+
+rule prepare:
+    input:
+        DATA + "/raw/{dataset}/download.json",
+        code=[PKG / "data/prepare.py", PKG / "data/registry.py"],
+    output:
+        DATA + "/prepared/{dataset}/{prep}.pt",
+    params:
+        root=DATA + "/raw",
+        flags=lambda w: " ".join(
+            {"lcc": "--largest-component", "norm": "--normalize-features"}[f]
+            for f in w.prep.split("-") if f != "plain"
+        ),
+    resources:
+        mem_mb=lambda w: dataset_resources(w.dataset, "mem_mb"),
+        runtime=lambda w: dataset_resources(w.dataset, "runtime"),
+    log:
+        RESULTS + "/logs/prepare/{dataset}_{prep}.log",
+    shell:
+        "fgl-data prepare --dataset {wildcards.dataset} --root {params.root} {params.flags}"
+        " --out {output} > {log} 2>&1"

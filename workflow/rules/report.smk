@@ -1,0 +1,63 @@
+"""Stage 5: tables (paper layout + comparison with reported numbers) and figures.
+
+These rules read only the aggregate CSVs, so editing them never retrains anything.
+"""
+
+
+def reported_csv(wildcards):
+    reported = STUDIES[wildcards.study]["reported"]
+    return [Path(config["paper_dir"]) / reported] if reported else []
+
+
+rule tables:
+    input:
+        metrics=RESULTS + "/metrics/{study}.csv",
+        code=[PKG / "cli/report.py", PKG / "report/tables.py"],
+    output:
+        md=RESULTS + "/tables/{study}.md",
+        tex=RESULTS + "/tables/{study}.tex",
+        csv=report(RESULTS + "/tables/{study}.csv", caption="../report/table.rst", category="Tables",
+                   subcategory="{study}"),
+    params:
+        meta=lambda w: study_meta(w.study),
+    log:
+        RESULTS + "/logs/tables/{study}.log",
+    shell:
+        "fgl-report tables --meta {params.meta:q} --metrics {input.metrics}"
+        " --out-prefix {RESULTS}/tables/{wildcards.study} > {log} 2>&1"
+
+
+rule comparison:
+    input:
+        metrics=RESULTS + "/metrics/{study}.csv",
+        reported=reported_csv,
+        code=[PKG / "cli/report.py", PKG / "report/tables.py"],
+    output:
+        csv=report(RESULTS + "/tables/{study}.comparison.csv", caption="../report/comparison.rst",
+                   category="Comparison with the papers", subcategory="{study}"),
+        md=RESULTS + "/tables/{study}.comparison.md",
+    params:
+        meta=lambda w: study_meta(w.study),
+    log:
+        RESULTS + "/logs/comparison/{study}.log",
+    shell:
+        "fgl-report comparison --meta {params.meta:q} --metrics {input.metrics}"
+        " --reported {input.reported} --out-prefix {RESULTS}/tables/{wildcards.study}.comparison"
+        " > {log} 2>&1"
+
+
+rule figures:
+    input:
+        curves=RESULTS + "/metrics/{study}.curves.csv",
+        code=[PKG / "cli/report.py", PKG / "report/figures.py"],
+    output:
+        png=report(RESULTS + "/figures/{study}_convergence.png", caption="../report/convergence.rst",
+                   category="Figures", subcategory="{study}"),
+        pdf=RESULTS + "/figures/{study}_convergence.pdf",
+    params:
+        meta=lambda w: study_meta(w.study),
+    log:
+        RESULTS + "/logs/figures/{study}.log",
+    shell:
+        "fgl-report figures --meta {params.meta:q} --curves {input.curves}"
+        " --out-prefix {RESULTS}/figures/{wildcards.study}_convergence > {log} 2>&1"

@@ -1,0 +1,26 @@
+"""Stage 3: one training job per study run x dataset x scheme x clients x seed."""
+
+
+rule train:
+    input:
+        data=prepared_graph,
+        partition=PARTITION_PATH,
+        method=method_source,
+        core=TRAIN_CORE,
+    output:
+        RUN_PATH,
+    params:
+        spec=train_spec,
+        device=config["device"],
+    threads: config["train_threads"]
+    resources:
+        mem_mb=lambda w: dataset_resources(w.dataset, "mem_mb"),
+        runtime=lambda w: dataset_resources(w.dataset, "runtime"),
+        gpu=0,
+    log:
+        RESULTS + "/logs/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.log",
+    benchmark:
+        RESULTS + "/benchmarks/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.tsv"
+    shell:
+        "fgl-train --spec {params.spec:q} --data {input.data} --partition {input.partition}"
+        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
