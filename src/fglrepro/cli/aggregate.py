@@ -37,3 +37,7 @@ def main(argv=None) -> None:
         log.info("%d runs aggregated: %s", len(metrics), counts)
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

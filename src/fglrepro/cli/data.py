@@ -54,3 +54,7 @@ def main(argv=None) -> None:
                      data.edge_index.size(1), data.num_classes)
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

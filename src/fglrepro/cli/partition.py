@@ -48,3 +48,7 @@ def main(argv=None) -> None:
                  args.clients, avg["nodes"], avg["edges"], avg["clustering"], stats["heterogeneity"])
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

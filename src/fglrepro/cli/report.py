@@ -71,3 +71,7 @@ def main(argv=None) -> None:
             log.info("%d cells compared, mean |delta| %.2f points", len(gaps), gaps["delta"].abs().mean())
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

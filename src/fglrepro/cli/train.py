@@ -177,3 +177,7 @@ def main(argv=None) -> None:
             log.warning("run ended with status %s: %s", record["status"], record.get("message"))
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

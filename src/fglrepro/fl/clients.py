@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -45,8 +46,10 @@ class ClientData:
 def normalized_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
     """``D^-1/2 (A + I) D^-1/2`` as a sparse CSR tensor ``[n, n]``."""
     edge_index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
-    adj = torch.sparse_coo_tensor(edge_index, weight, (num_nodes, num_nodes))
-    return adj.coalesce().to_sparse_csr()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
+        adj = torch.sparse_coo_tensor(edge_index, weight, (num_nodes, num_nodes))
+        return adj.coalesce().to_sparse_csr()
 
 
 def build_clients(data: Data, partition: Partition, device: torch.device) -> list[ClientData]:

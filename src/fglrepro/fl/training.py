@@ -46,7 +46,7 @@ def train_epochs(
             loss = loss + extra_loss(model)
         loss.backward()
         optimizer.step()
-        value = float(loss)
+        value = loss.detach().item()
         if not math.isfinite(value):
             raise Diverged(f"training loss became {value}")
     return value

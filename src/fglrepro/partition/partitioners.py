@@ -106,8 +106,7 @@ def metis(edge_index: Tensor, num_nodes: int, num_clients: int, seed: int) -> li
     xadj[1:] = torch.cumsum(torch.bincount(row, minlength=num_nodes), 0)
     _, membership = pymetis.part_graph(
         num_clients,
-        xadj=xadj.numpy(),
-        adjncy=col.numpy(),
+        adjacency=pymetis.CSRAdjacency(xadj.numpy(), col.numpy()),
         options=pymetis.Options(seed=seed),
     )
     return _membership_to_lists(np.asarray(membership), num_clients)

@@ -1,0 +1,68 @@
+"""Shared fixtures: the repository, the bundled Cora graph, and small synthetic graphs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import stochastic_blockmodel_graph, to_undirected
+
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = REPO / "resources" / "datasets" / "planetoid"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def raw_root(tmp_path_factory) -> Path:
+    """Raw root with Cora and CiteSeer placed from the bundled mirror (verified)."""
+    from fglrepro.data.download import fetch_raw
+    from fglrepro.data.registry import get_dataset
+
+    root = tmp_path_factory.mktemp("raw")
+    for name in ("Cora", "CiteSeer"):
+        fetch_raw(get_dataset(name), root, MIRROR)
+    return root
+
+
+@pytest.fixture(scope="session")
+def cora(raw_root) -> Data:
+    from fglrepro.data.prepare import prepare_graph
+    from fglrepro.data.registry import get_dataset
+
+    return prepare_graph(get_dataset("Cora"), raw_root, largest_component=False, normalize_features=False)
+
+
+def make_sbm(num_blocks: int = 4, block_size: int = 30, num_features: int = 8, seed: int = 0) -> Data:
+    """A small stochastic-block-model graph whose features weakly encode the block (label)."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    sizes = [block_size] * num_blocks
+    probs = torch.full((num_blocks, num_blocks), 0.02)
+    probs.fill_diagonal_(0.3)
+    edge_index = to_undirected(stochastic_blockmodel_graph(sizes, probs))
+    y = torch.arange(num_blocks).repeat_interleave(block_size)
+    x = torch.randn(len(y), num_features, generator=gen)
+    x[torch.arange(len(y)), y % num_features] += 2.0
+    data = Data(x=x, edge_index=edge_index, y=y)
+    data.num_classes = num_blocks
+    return data
+
+
+@pytest.fixture
+def sbm() -> Data:
+    return make_sbm()
+
+
+@pytest.fixture
+def mirror_copy(tmp_path) -> Path:
+    """A writable copy of the bundled Planetoid mirror."""
+    target = tmp_path / "mirror"
+    shutil.copytree(MIRROR, target)
+    return target

@@ -1,0 +1,113 @@
+"""Partitioners, splits and partition statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fglrepro.config import ConfigError
+from fglrepro.partition.build import PartitionSpec, build_partition
+from fglrepro.partition.partitioners import balanced_community_assignment, get_partitioner
+from fglrepro.partition.splits import random_split, stratified_split
+from fglrepro.partition.stats import label_js_divergence, partition_stats
+
+SPECS = {
+    "louvain": PartitionSpec("louvain", "stratified", 0.2, 0.4, {"delta": 20}),
+    "metis": PartitionSpec("metis", "global", 0.3, 0.35),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("clients", [5, 10])
+def test_partition_covers_every_node_exactly_once(cora, name, clients):
+    part = build_partition(cora, SPECS[name], clients, seed=0)
+    assert part.num_clients == clients
+    nodes = torch.cat(part.client_nodes)
+    assert nodes.numel() == cora.num_nodes
+    assert torch.equal(torch.sort(nodes).values, torch.arange(cora.num_nodes))
+    for k in range(clients):
+        masks = torch.stack([part.train_mask[k], part.val_mask[k], part.test_mask[k]])
+        assert torch.equal(masks.sum(0), torch.ones(part.client_nodes[k].numel(), dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_partition_is_deterministic_per_seed(cora, name):
+    a, b = (build_partition(cora, SPECS[name], 10, seed=3) for _ in range(2))
+    for field in ("client_nodes", "train_mask", "val_mask", "test_mask"):
+        assert all(torch.equal(x, y) for x, y in zip(getattr(a, field), getattr(b, field)))
+    c = build_partition(cora, SPECS[name], 10, seed=4)
+    assert not all(torch.equal(x, y) for x, y in zip(a.train_mask, c.train_mask))
+
+
+def test_louvain_clients_are_balanced_around_n_over_k(cora):
+    part = build_partition(cora, SPECS["louvain"], 10, seed=0)
+    sizes = np.array([n.numel() for n in part.client_nodes])
+    capacity = cora.num_nodes // 10
+    assert sizes.max() < capacity + 20 + capacity  # one chunk may overflow the last open client
+    assert sizes.min() > 0
+
+
+def test_balanced_assignment_cuts_large_communities():
+    communities = [np.arange(0, 90), np.arange(90, 100)]
+    membership = balanced_community_assignment(communities, num_nodes=100, num_clients=2, delta=20)
+    sizes = np.bincount(membership, minlength=2)
+    # chunks of at most 100 // 2 - 20 = 30 nodes; each client takes chunks while below 50 + 20
+    assert sizes.sum() == 100 and sizes.max() <= 70
+    for start in range(0, 90, 30):
+        assert len(set(membership[start : start + 30])) == 1
+
+
+def test_balanced_assignment_rejects_impossible_delta():
+    with pytest.raises(ConfigError, match="delta"):
+        balanced_community_assignment([np.arange(10)], num_nodes=10, num_clients=5, delta=5)
+
+
+def test_stratified_split_ratios_per_class():
+    labels = torch.tensor([0] * 50 + [1] * 20 + [2] * 3 + [3] * 1)
+    train, val, test = stratified_split(labels, 0.2, 0.4, torch.Generator().manual_seed(0))
+    for c, n in ((0, 50), (1, 20), (2, 3), (3, 1)):
+        in_c = labels == c
+        assert int(train[in_c].sum()) == int(np.floor(0.2 * n))
+        assert int(val[in_c].sum()) == int(np.floor(0.4 * n))
+        assert int((train | val | test)[in_c].sum()) == n
+    assert not (train & val).any() and not (train & test).any() and not (val & test).any()
+
+
+def test_random_split_sizes():
+    train, val, test = random_split(1000, 0.3, 0.35, torch.Generator().manual_seed(1))
+    assert (int(train.sum()), int(val.sum()), int(test.sum())) == (300, 350, 350)
+
+
+def test_global_split_is_made_before_partitioning(cora):
+    a = build_partition(cora, SPECS["metis"], 5, seed=0)
+    b = build_partition(cora, SPECS["metis"], 10, seed=0)
+
+    def global_train(part):
+        mask = torch.zeros(cora.num_nodes, dtype=torch.bool)
+        for nodes, m in zip(part.client_nodes, part.train_mask):
+            mask[nodes[m]] = True
+        return mask
+
+    assert torch.equal(global_train(a), global_train(b))
+
+
+def test_unknown_partitioner_lists_valid_names():
+    with pytest.raises(ConfigError, match=r"unknown partitioner 'kmeans'.*'louvain', 'metis'"):
+        get_partitioner("kmeans")
+
+
+def test_stats_of_a_partition(cora):
+    part = build_partition(cora, SPECS["metis"], 5, seed=0)
+    stats = partition_stats(cora, part)
+    assert stats["covered_nodes"] == cora.num_nodes
+    assert stats["average"]["nodes"] == pytest.approx(cora.num_nodes / 5)
+    assert sum(c["edges"] for c in stats["clients"]) <= cora.edge_index.size(1) // 2
+    assert 0 < stats["heterogeneity"] < 1
+    assert all(0 <= c["clustering"] <= 1 for c in stats["clients"])
+
+
+def test_js_divergence_bounds():
+    p, q = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    assert label_js_divergence(p, q) == pytest.approx(1.0)
+    assert label_js_divergence(p, p) == pytest.approx(0.0)
