@@ -74,3 +74,19 @@ def test_cli_download_from_mirror_writes_record(tmp_path, mirror_copy):
         check=True, capture_output=True,
     )
     assert len(json.loads(out.read_text())["files"]) == 8
+
+
+def test_official_download_with_wrong_checksum_is_rejected(tmp_path, monkeypatch):
+    """The network branch: whatever the loader fetched is verified against pinned digests."""
+    spec = get_dataset("Cora")
+
+    def fake_loader(spec, root):
+        raw = tmp_path / "Cora" / "raw"
+        raw.mkdir(parents=True, exist_ok=True)
+        for name in spec.raw_files:
+            (raw / name).write_bytes(b"tampered")
+
+    monkeypatch.setattr("fglrepro.data.download.load_with_loader", fake_loader)
+    with pytest.raises(ChecksumError):
+        fetch_raw(spec, tmp_path, mirror=None)
+    assert not (tmp_path / "Cora" / "raw" / spec.raw_files[0]).exists()

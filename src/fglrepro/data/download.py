@@ -23,9 +23,10 @@ def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: str | Path | None
     """Place ``spec``'s raw files under ``raw_root`` in the loader's layout, verified.
 
     If ``mirror`` holds every raw file, they are copied from there; otherwise the
-    official loader downloads them. Either way each file is checked against the pinned
-    checksum (or, for a mirror, its own ``SHA256SUMS``); a mismatch deletes the file
-    and raises :class:`ChecksumError`.
+    official loader downloads them. Each file is checked against the pinned checksum
+    (or, for a mirror, its own ``SHA256SUMS``); a mismatch deletes the file and raises
+    :class:`ChecksumError`. The loader's processed cache is built here too, so that
+    later jobs only read it.
 
     Returns a record ``{"dataset", "source", "files": {name: sha256}, "pinned": bool}``.
     """
@@ -51,8 +52,11 @@ def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: str | Path | None
         source = f"mirror:{mirror_dir}"
     else:
         log.info("downloading %s through its official loader", spec.name)
-        load_with_loader(spec, str(raw_root))
         source = "download"
+    # The loader downloads what is missing and builds its processed cache now, once, so
+    # that later jobs (several preprocessing variants may run concurrently) only read it.
+    load_with_loader(spec, str(raw_root))
+    if source == "download":
         for name in spec.raw_files:
             if name in pinned:
                 try:

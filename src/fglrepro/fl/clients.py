@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import subgraph
 
 from fglrepro.partition.build import Partition
 
@@ -56,9 +55,7 @@ def build_clients(data: Data, partition: Partition, device: torch.device) -> lis
     """Induced subgraph of every client (edges hidden for graphless clients)."""
     clients = []
     for k, nodes in enumerate(partition.client_nodes):
-        edge_index, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)
-        if bool(partition.graphless[k]):
-            edge_index = edge_index[:, :0]
+        edge_index = partition.client_edges(k, data.edge_index)
         n = nodes.numel()
         clients.append(
             ClientData(

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
 
 from fglrepro.config import ConfigError, choice
 from fglrepro.partition.partitioners import get_partitioner
@@ -79,6 +80,12 @@ class Partition:
     @property
     def num_clients(self) -> int:
         return len(self.client_nodes)
+
+    def client_edges(self, k: int, edge_index: Tensor) -> Tensor:
+        """Edges of client ``k`` as methods see them: the induced subgraph relabelled to
+        local ids ``[2, E_k]``, empty for a graphless client."""
+        local, _ = subgraph(self.client_nodes[k], edge_index, relabel_nodes=True, num_nodes=self.num_nodes)
+        return local[:, :0] if bool(self.graphless[k]) else local
 
     def save(self, path: str | Path) -> None:
         from fglrepro.io import atomic_torch_save

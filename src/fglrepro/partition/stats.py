@@ -9,7 +9,6 @@ import numpy as np
 import torch
 from scipy.spatial.distance import jensenshannon
 from torch_geometric.data import Data
-from torch_geometric.utils import subgraph
 
 from fglrepro.partition.build import Partition
 
@@ -24,9 +23,7 @@ def partition_stats(data: Data, partition: Partition) -> dict:
     their averages, and the median pairwise label JS divergence ("heterogeneity")."""
     clients = []
     for k, nodes in enumerate(partition.client_nodes):
-        edge_index, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)
-        if bool(partition.graphless[k]):
-            edge_index = edge_index[:, :0]
+        edge_index = partition.client_edges(k, data.edge_index)
         graph = nx.Graph()
         graph.add_nodes_from(range(nodes.numel()))
         graph.add_edges_from(edge_index.t().tolist())
