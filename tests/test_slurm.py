@@ -1,0 +1,111 @@
+"""The SLURM profile on a real single-node SLURM cluster (started by scripts/slurm_cluster.sh).
+
+Runs a tiny study through snakemake-executor-plugin-slurm with the repo's profile plus CI
+overrides, checks its outputs, and counts sbatch submissions with and without job grouping.
+Skipped (not failed) where the cluster cannot be hosted: not root, or no apt-get.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from test_workflow import TINY_STUDY, make_workdir
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+CI_OVERRIDES = [
+    "--cores", "2", "--resources", "mem_mb=4000",
+    "--default-resources", "slurm_partition=debug", "slurm_account=fglci", "mem_mb=1000",
+    "runtime=10", "cpus_per_task=1",
+    "--set-resources", "train:gpu=0",
+    "--slurm-init-seconds-before-status-checks", "2",
+]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(repo, tmp_path_factory):
+    """Start the cluster (installing Debian's Slurm packages if needed); stop it by PID after."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("a SLURM test cluster needs root and apt-get")
+    state = tmp_path_factory.mktemp("slurm")
+    script = repo / "scripts" / "slurm_cluster.sh"
+    start = time.perf_counter()
+    proc = subprocess.run(["bash", script, "start", state], capture_output=True, text=True, timeout=600)
+    if proc.returncode == 3:
+        pytest.skip(f"cannot host a SLURM cluster here: {proc.stdout[-500:]}{proc.stderr[-500:]}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    print(f"SLURM cluster up in {time.perf_counter() - start:.1f} s")
+    old_conf = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(state / "slurm.conf")
+    yield state
+    subprocess.run(["bash", script, "stop", state], capture_output=True, timeout=120)
+    if old_conf is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old_conf
+
+
+def sbatch_logger(root: Path) -> tuple[Path, Path]:
+    """A directory with an ``sbatch`` wrapper that logs each call, and the log file."""
+    bindir, log = root / "bin", root / "sbatch.log"
+    bindir.mkdir()
+    real = shutil.which("sbatch")
+    wrapper = bindir / "sbatch"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    return bindir, log
+
+
+def run_slurm(work: Path, bindir: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "snakemake", "--workflow-profile", str(work / "profiles" / "slurm"),
+           *CI_OVERRIDES, *extra]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def count_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_study_runs_on_slurm_and_grouping_reduces_submissions(repo, slurm_cluster, tmp_path):
+    study = yaml.safe_load(yaml.safe_dump(TINY_STUDY))
+    study["seeds"] = [0, 1, 2]
+    study["reported"] = None
+    work = make_workdir(repo, tmp_path, study)
+    bindir, log = sbatch_logger(tmp_path)
+
+    start = time.perf_counter()
+    run_slurm(work, bindir)
+    grouped_total = count_lines(log)
+    grouped_wall = time.perf_counter() - start
+
+    res = work / "results"
+    for name in ("tables/tiny.md", "tables/tiny.tex", "tables/tiny.csv", "figures/tiny_convergence.png"):
+        assert (res / name).stat().st_size > 0, name
+    runs = sorted((res / "runs").rglob("*.json"))
+    assert len(runs) == 6
+    assert all(json.loads(p.read_text())["status"] == "ok" for p in runs)
+    assert set(pd.read_csv(res / "metrics" / "tiny.csv")["status"]) == {"ok"}
+
+    # The same 6 training jobs again, one SLURM job each (group of size 1).
+    before = grouped_total
+    run_slurm(work, bindir, "--forcerun", "train", "--group-components", "train_group=1")
+    ungrouped_train = count_lines(log) - before
+    # Grouped: prepare (1) + partitions (3) + one job for all 6 training runs.
+    grouped_train = grouped_total - 4
+    print(f"sbatch submissions: grouped run {grouped_total} (training {grouped_train}), "
+          f"ungrouped training {ungrouped_train}; grouped run wall {grouped_wall:.0f} s")
+    assert grouped_train == 1
+    assert ungrouped_train == 6
