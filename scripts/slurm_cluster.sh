@@ -153,6 +153,19 @@ pid_matches() {
 
 port_in_use() { timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
+# wait_until SECONDS PID NAME CMD...: poll CMD until it succeeds; die when daemon PID
+# dies or SECONDS pass.
+wait_until() {
+    local limit=$1 pid=$2 name=$3
+    shift 3
+    local end=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$end" ] || die "$name does not answer"
+        kill -0 "$pid" 2>/dev/null || die "$name died"
+        sleep 0.3
+    done
+}
+
 # ----------------------------------------------------------------- munge --
 start_munge() {
     if [ ! -s /etc/munge/munge.key ]; then
@@ -208,12 +221,7 @@ start_mariadb() {
     local pid
     pid=$(wait_for_pidfile "$DB_DIR/mariadbd.pid" 30) || die "mariadbd did not start"
     record_pid mariadbd "$pid"
-    local end=$((SECONDS + 30))
-    until mariadb-admin --no-defaults --protocol=socket -S "$DB_SOCK" -uroot ping >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$end" ] || die "mariadbd does not answer"
-        kill -0 "$pid" 2>/dev/null || die "mariadbd died"
-        sleep 0.3
-    done
+    wait_until 30 "$pid" mariadbd mariadb-admin --no-defaults --protocol=socket -S "$DB_SOCK" -uroot ping
     log "mariadbd up (pid $pid, 127.0.0.1:$DB_PORT)"
 }
 
@@ -263,12 +271,7 @@ EOF
     local pid
     pid=$(wait_for_pidfile "$RUN_DIR/slurmdbd.pid" 20) || die "slurmdbd wrote no pid file"
     record_pid slurmdbd "$pid"
-    local end=$((SECONDS + 45))
-    until timeout 10 sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$end" ] || die "slurmdbd does not answer sacctmgr"
-        kill -0 "$pid" 2>/dev/null || die "slurmdbd died"
-        sleep 0.5
-    done
+    wait_until 45 "$pid" slurmdbd timeout 10 sacctmgr -n -P list cluster format=cluster
     log "slurmdbd up (pid $pid, 127.0.0.1:$DBD_PORT)"
 }
 
