@@ -27,6 +27,7 @@ localrules:
     tables,
     comparison,
     figures,
+    partition_stats,
 
 
 rule all:

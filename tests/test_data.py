@@ -52,7 +52,7 @@ def test_prepared_graph_roundtrip(tmp_path, cora):
 
 
 def test_unknown_dataset_lists_valid_names():
-    with pytest.raises(ConfigError, match=r"unknown dataset 'Coraa'.*'CiteSeer', 'Cora'"):
+    with pytest.raises(ConfigError, match=r"unknown dataset 'Coraa'.*'CiteSeer'.*'Cora'"):
         get_dataset("Coraa")
 
 

@@ -136,3 +136,19 @@ def test_readout_model_shapes(sbm):
     clients = build_clients(sbm, build_partition(sbm, SPEC, 2, 0), torch.device("cpu"))
     assert net(clients[0].x, clients[0].adj).shape == (clients[0].num_nodes, 4)
     assert net.readout is not None
+
+
+def test_early_stopping_rules():
+    from fglrepro.fl.loop import EarlyStopping
+
+    scores = [0.5, 0.6, 0.55, 0.54, 0.6, 0.59, 0.58]
+
+    def stop_round(rule, patience):
+        stopper = EarlyStopping(EvalConfig(patience=patience, stop_rule=rule))
+        return next((i for i, x in enumerate(scores, 1) if stopper.should_stop(x)), None)
+
+    assert stop_round("no_improvement", 2) == 4
+    assert stop_round("no_improvement", 3) == 5  # equalling the best is no improvement
+    assert stop_round("consecutive_decrease", 2) == 4
+    assert stop_round("consecutive_decrease", 3) is None  # the rise at round 5 resets the count
+    assert stop_round("no_improvement", None) is None

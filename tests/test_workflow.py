@@ -19,6 +19,7 @@ TINY_STUDY = {
     "table": "Table 9",
     "title": "tiny end-to-end study",
     "reported": "tiny_reported.csv",
+    "reported_partition_stats": "tiny_stats.csv",
     "datasets": ["Cora"],
     "clients": [3],
     "seeds": [0, 1],
@@ -34,6 +35,7 @@ TINY_STUDY = {
 }
 # Made-up "reported" numbers for the comparison machinery of the tiny study (test data only).
 TINY_REPORTED = "paper,table,method,dataset,clients,metric,mean,std\nTinyPaper,Table 9,FedAvg,Cora,3,acc,50.0,1.0\n"
+TINY_STATS = "paper,table,dataset,partitioner,clients,stat,value\nTinyPaper,Table 8,Cora,louvain,3,nodes,900\n"
 
 
 def make_workdir(repo: Path, root: Path, study: dict) -> Path:
@@ -46,6 +48,7 @@ def make_workdir(repo: Path, root: Path, study: dict) -> Path:
     (work / "config" / "studies").mkdir(parents=True)
     (work / "config" / "paper").mkdir()
     (work / "config" / "paper" / "tiny_reported.csv").write_text(TINY_REPORTED)
+    (work / "config" / "paper" / "tiny_stats.csv").write_text(TINY_STATS)
     write_study(work, study)
     config = {"studies": ["tiny"], "mirror": str(repo / "resources" / "datasets" / "planetoid")}
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
@@ -110,6 +113,17 @@ def test_run_produces_tables_comparison_and_figures(finished):
     assert (res / "partitions" / "Cora").is_dir()
 
 
+def test_partition_statistics_table_and_heat_maps(finished):
+    res = finished / "results"
+    stats = pd.read_csv(res / "tables" / "tiny.partition_stats.csv")
+    assert set(stats["stat"]) == {"nodes", "edges", "clustering", "heterogeneity"}
+    nodes = stats[stats["stat"] == "nodes"].iloc[0]
+    assert nodes.reproduced == pytest.approx(2708 / 3, rel=0.2) and nodes.seeds == 2
+    assert nodes.reported == pytest.approx(900.0)
+    heat_maps = sorted(p.name for p in (res / "figures" / "tiny_partitions").glob("*.png"))
+    assert heat_maps == ["Cora_louvain_k3_seed0.png", "Cora_louvain_k3_seed1.png"]
+
+
 def test_nothing_reruns_without_changes(finished):
     assert planned_jobs(finished) == []
 
@@ -168,3 +182,26 @@ def test_bad_study_fails_before_any_job(repo, tmp_path, mutate, message):
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert not (work / "results").exists()
+
+
+STUDY_NAMES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "config" / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", STUDY_NAMES)
+def test_every_study_validates_and_lists_its_partition_jobs(repo, tmp_path, name):
+    """Each paper study passes the schema and plans one partition job per dataset x clients x seed."""
+    study = yaml.safe_load((repo / "config" / "studies" / f"{name}.yaml").read_text())
+    clients = study["clients"]
+    expected = sum(len(clients[d] if isinstance(clients, dict) else clients) for d in study["datasets"])
+    expected *= len(study["seeds"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
+         "--configfile", str(repo / "config" / "config.yaml"), "--dry-run", "--quiet", "rules",
+         "--config", f"studies=[{name}]", "only_datasets=all", "targets=partitions",
+         f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
+    assert int(counts["partition"]) == expected
+    assert int(counts["partition_stats"]) == 1

@@ -96,16 +96,20 @@ class EvalConfig:
     ``model = "local"``: each client's own model right after its local training.
     ``average`` picks the average (weighted by client node count, or plain mean over
     clients) that selects the best-validation round; both are always recorded.
-    ``patience``: stop after this many rounds without a new best validation accuracy.
+    ``patience`` with ``stop_rule``: stop after ``patience`` rounds without a new best
+    validation accuracy (``no_improvement``), or after ``patience`` consecutive rounds in
+    which it decreased (``consecutive_decrease``, FedGKD's wording).
     """
 
     model: str = "global"
     average: str = "weighted"
     patience: int | None = None
+    stop_rule: str = "no_improvement"
 
     def __post_init__(self) -> None:
         choice(self.model, ("global", "local"), "evaluation.model")
         choice(self.average, ("weighted", "unweighted"), "evaluation.average")
+        choice(self.stop_rule, ("no_improvement", "consecutive_decrease"), "evaluation.stop_rule")
 
 
 def as_dict(obj: Any) -> dict[str, Any]:

@@ -34,6 +34,27 @@ def _check_name(value, valid, what, where):
         raise WorkflowError(f"{where}: unknown {what} {value!r}; valid {what}s: {sorted(valid)}")
 
 
+def _merge(base, override):
+    """``base`` updated by ``override``, nested dicts merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def partition_spec(study, dataset):
+    """The study's partition block with its ``per_dataset`` override for ``dataset`` applied."""
+    part = dict(study["partition"])
+    override = part.pop("per_dataset", {}).get(dataset, {})
+    return _merge(part, override)
+
+
+def clients_of(study, dataset):
+    """Client counts of ``dataset`` in ``study`` (a list, or a per-dataset mapping of lists)."""
+    clients = study["clients"]
+    return clients[dataset] if isinstance(clients, dict) else clients
+
+
 def load_study(name):
     """Read, validate (schema + registries) and return study ``name``."""
     path = Path(config["study_dir"]) / f"{name}.yaml"
@@ -42,13 +63,23 @@ def load_study(name):
         raise WorkflowError(f"study {name!r} not found at {path}; available studies: {available}")
     study = yaml.safe_load(path.read_text())
     validate(study, "../schemas/study.schema.yaml")
+    if config["only_datasets"] != "all":
+        study["datasets"] = [d for d in study["datasets"] if d in config["only_datasets"]]
+        if not study["datasets"]:
+            raise WorkflowError(f"study {name!r} has none of the datasets in only_datasets={config['only_datasets']}")
     for dataset in study["datasets"]:
         _check_name(dataset, DATASETS, "dataset", f"{path} datasets")
-    _check_name(study["partition"]["partitioner"], PARTITIONERS, "partitioner", f"{path} partition")
+    for dataset in study["datasets"]:
+        _check_name(partition_spec(study, dataset)["partitioner"], PARTITIONERS, "partitioner", f"{path} partition")
     for run, entry in study["runs"].items():
         _check_name(entry["method"], METHOD_MODULES, "method", f"{path} runs.{run}")
-    if study["reported"] and not (Path(config["paper_dir"]) / study["reported"]).is_file():
-        raise WorkflowError(f"{path}: reported file {study['reported']!r} not in {config['paper_dir']}")
+    for key in ("reported", "reported_partition_stats"):
+        if study[key] and not (Path(config["paper_dir"]) / study[key]).is_file():
+            raise WorkflowError(f"{path}: {key} file {study[key]!r} not in {config['paper_dir']}")
+    if isinstance(study["clients"], dict):
+        missing = sorted(set(study["datasets"]) - set(study["clients"]))
+        if missing:
+            raise WorkflowError(f"{path}: clients gives no client counts for datasets {missing}")
     return study
 
 
@@ -61,19 +92,31 @@ def prep_slug(data):
     return "-".join(name for name, on in flags if on) or "plain"
 
 
-def scheme_slug(study):
-    """Path-safe name of a study's data protocol (preprocessing, partitioner, split)."""
-    part = study["partition"]
+def scheme_slug(study, dataset):
+    """Path-safe name of a data protocol: partitioner and options, split, graphless ratio,
+    preprocessing. Equal slugs mean equal partitions, shared by every study that uses them."""
+    part = partition_spec(study, dataset)
     options = "".join(f"-{k}{v}" for k, v in sorted(part["options"].items()))
     split = part["split"]
     fractions = "-".join(f"{100 * split[key]:g}" for key in ("train", "val"))
-    return f"{part['partitioner']}{options}_{split['mode']}-{fractions}_{prep_slug(study['data'])}"
+    graphless = f"_graphless{100 * part['graphless_ratio']:g}" if part["graphless_ratio"] else ""
+    return f"{part['partitioner']}{options}_{split['mode']}-{fractions}{graphless}_{prep_slug(study['data'])}"
 
 
-SCHEMES = {
-    scheme_slug(s): {"prep": prep_slug(s["data"]), "data": s["data"], "partition": s["partition"]}
-    for s in STUDIES.values()
-}
+def study_cells(study):
+    """(dataset, scheme, clients) of every table column of ``study``."""
+    s = STUDIES[study]
+    return [(d, scheme_slug(s, d), k) for d in s["datasets"] for k in clients_of(s, d)]
+
+
+SCHEMES = {}
+for _study in STUDIES.values():
+    for _dataset in _study["datasets"]:
+        _spec = partition_spec(_study, _dataset)
+        SCHEMES[scheme_slug(_study, _dataset)] = {
+            "prep": prep_slug(_study["data"]),
+            "partition": {k: _spec[k] for k in ("partitioner", "options", "split", "graphless_ratio")},
+        }
 
 
 def _alternatives(values):
@@ -82,7 +125,7 @@ def _alternatives(values):
 
 wildcard_constraints:
     study=_alternatives(STUDIES),
-    run=_alternatives(r for s in STUDIES.values() for r in s["runs"]),
+    run=_alternatives([r for s in STUDIES.values() for r in s["runs"]] or ["none"]),
     dataset=_alternatives(d for s in STUDIES.values() for d in s["datasets"]),
     scheme=_alternatives(SCHEMES),
     prep=_alternatives(v["prep"] for v in SCHEMES.values()),
@@ -94,21 +137,33 @@ wildcard_constraints:
 
 RUN_PATH = RESULTS + "/runs/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.json"
 PARTITION_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.pt"
+STATS_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json"
 
 
 def study_runs(study):
     """Run JSON paths of every job of ``study``."""
     s = STUDIES[study]
-    return expand(RUN_PATH, study=study, run=list(s["runs"]), dataset=s["datasets"],
-                  scheme=scheme_slug(s), clients=s["clients"], seed=s["seeds"])
+    return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme, clients=k, seed=seed)
+            for run in s["runs"] for d, scheme, k in study_cells(study) for seed in s["seeds"]]
+
+
+def study_partition_stats(study):
+    """Statistics JSON of every partition ``study`` uses."""
+    return [STATS_PATH.format(dataset=d, scheme=scheme, clients=k, seed=seed)
+            for d, scheme, k in study_cells(study) for seed in STUDIES[study]["seeds"]]
 
 
 def study_outputs(study):
-    """Final products of one study: tables, comparison and figures."""
-    out = expand(RESULTS + "/tables/{study}.{ext}", study=study, ext=["md", "tex", "csv"])
-    out += [RESULTS + f"/figures/{study}_convergence.png"]
-    if STUDIES[study]["reported"]:
-        out += expand(RESULTS + "/tables/{study}.comparison.{ext}", study=study, ext=["csv", "md"])
+    """Final products of one study: partition statistics and label heat maps; with runs,
+    also tables, comparison with the paper and convergence figures."""
+    s = STUDIES[study]
+    out = expand(RESULTS + "/tables/{study}.partition_stats.{ext}", study=study, ext=["csv", "md"])
+    out.append(RESULTS + f"/figures/{study}_partitions")
+    if s["runs"] and config["targets"] == "all":
+        out += expand(RESULTS + "/tables/{study}.{ext}", study=study, ext=["md", "tex", "csv"])
+        out.append(RESULTS + f"/figures/{study}_convergence.png")
+        if s["reported"]:
+            out += expand(RESULTS + "/tables/{study}.comparison.{ext}", study=study, ext=["csv", "md"])
     return out
 
 
@@ -160,7 +215,13 @@ def study_meta(study):
     meta = {
         "study": study, "paper": s["paper"], "table": s["table"], "title": s.get("title", study),
         "labels": {run: entry["label"] for run, entry in s["runs"].items()},
-        "datasets": s["datasets"], "clients": s["clients"], "decimals": s["report"]["decimals"],
+        "rows": [entry["label"] for entry in s["runs"].values()],
+        "datasets": s["datasets"], "columns": [[d, k] for d, _, k in study_cells(study)],
+        "decimals": s["report"]["decimals"],
         "average": s["evaluation"].get("average", "weighted"),
+        "partitions": [
+            {"dataset": d, "partitioner": partition_spec(s, d)["partitioner"], "clients": k, "seed": seed}
+            for d, _, k in study_cells(study) for seed in s["seeds"]
+        ],
     }
     return json.dumps(meta, sort_keys=True)

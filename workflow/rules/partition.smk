@@ -7,7 +7,7 @@ rule partition:
         code=PARTITION_CODE,
     output:
         partition=PARTITION_PATH,
-        stats=RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json",
+        stats=STATS_PATH,
     params:
         spec=lambda w: json.dumps(SCHEMES[w.scheme]["partition"], sort_keys=True),
     resources:

@@ -61,3 +61,25 @@ rule figures:
     shell:
         "fgl-report figures --meta {params.meta:q} --curves {input.curves}"
         " --out-prefix {RESULTS}/figures/{wildcards.study}_convergence > {log} 2>&1"
+
+
+rule partition_stats:
+    input:
+        stats=lambda w: study_partition_stats(w.study),
+        reported=lambda w: [Path(config["paper_dir"]) / STUDIES[w.study]["reported_partition_stats"]]
+        if STUDIES[w.study]["reported_partition_stats"] else [],
+        code=[PKG / "cli/report.py", PKG / "report/partitions.py"],
+    output:
+        csv=report(RESULTS + "/tables/{study}.partition_stats.csv", caption="../report/partition_stats.rst",
+                   category="Partitions", subcategory="{study}"),
+        md=RESULTS + "/tables/{study}.partition_stats.md",
+        figures=directory(RESULTS + "/figures/{study}_partitions"),
+    params:
+        meta=lambda w: study_meta(w.study),
+        reported=lambda w, input: f"--reported {input.reported[0]}" if input.reported else "",
+    log:
+        RESULTS + "/logs/partition_stats/{study}.log",
+    shell:
+        "fgl-report partition-stats --meta {params.meta:q} {params.reported}"
+        " --out-prefix {RESULTS}/tables/{wildcards.study}.partition_stats --figure-dir {output.figures}"
+        " {input.stats} > {log} 2>&1"

@@ -3,6 +3,8 @@
     fgl-report tables --meta JSON --metrics m.csv --out-prefix results/tables/<study>
     fgl-report comparison --meta JSON --metrics m.csv --reported paper.csv --out-prefix ...
     fgl-report figures --meta JSON --curves c.csv --out-prefix results/figures/<study>_convergence
+    fgl-report partition-stats --meta JSON [--reported stats.csv] --out-prefix results/tables/<study>.partition_stats \
+        --figure-dir results/figures/<study>_partitions STATS.json...
 """
 
 from __future__ import annotations
@@ -29,7 +31,42 @@ def parse_args(argv=None) -> argparse.Namespace:
             cmd.add_argument("--metrics", required=True)
         if name == "comparison":
             cmd.add_argument("--reported", required=True, help="reported-values CSV (config/paper/)")
+    stats = sub.add_parser("partition-stats")
+    stats.add_argument("--meta", required=True, help="study metadata as JSON, with 'partitions'")
+    stats.add_argument("--out-prefix", required=True)
+    stats.add_argument("--figure-dir", required=True, help="directory for one label heat map per partition")
+    stats.add_argument("--reported", default=None, help="reported partition statistics CSV (config/paper/)")
+    stats.add_argument("stats", nargs="+", help="statistics JSONs, in the order of meta['partitions']")
     return parser.parse_args(argv)
+
+
+def partition_report(args, meta: dict) -> None:
+    """Statistics table (csv + md) and a label heat map per partition."""
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from fglrepro.io import atomic_write_text
+    from fglrepro.report.partitions import compare_stats, label_heatmap, reproduced_stats, stats_markdown
+
+    partitions = meta["partitions"]
+    if len(partitions) != len(args.stats):
+        raise ValueError(f"{len(args.stats)} statistics files for {len(partitions)} partitions in --meta")
+    records = [json.loads(Path(p).read_text()) for p in args.stats]
+    reported = pd.read_csv(args.reported) if args.reported else None
+    table = compare_stats(reproduced_stats(records, partitions), reported)
+    atomic_write_text(table.to_csv(index=False), f"{args.out_prefix}.csv")
+    title = f"{meta['paper']} {meta['table']} ({meta['study']})"
+    atomic_write_text(stats_markdown(table, title), f"{args.out_prefix}.md")
+    figures = Path(args.figure_dir)
+    figures.mkdir(parents=True, exist_ok=True)
+    for record, where in zip(records, partitions):
+        name = f"{where['dataset']}_{where['partitioner']}_k{where['clients']}_seed{where['seed']}"
+        fig = label_heatmap(record, f"{where['dataset']}, {where['partitioner']}, "
+                                    f"{where['clients']} clients, seed {where['seed']}")
+        fig.savefig(figures / f"{name}.png", dpi=120)
+        plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -42,6 +79,9 @@ def main(argv=None) -> None:
 
         meta = json.loads(args.meta)
         prefix = args.out_prefix
+        if args.command == "partition-stats":
+            partition_report(args, meta)
+            return
         if args.command == "figures":
             from fglrepro.report.figures import convergence_figure
 

@@ -1,15 +1,32 @@
 """The datasets the pipeline knows, and how the PyG / OGB loader reads each one.
 
-Each entry names the loader class, the folder the loader expects its raw files in
+Each entry names the loader, the folder the loader expects its raw files in
 (relative to the raw root), the raw file names, and a size class that the workflow
 uses to scale job resources.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
 
-from fglrepro.config import ConfigError
+from fglrepro.config import ConfigError, choice
+
+SIZES = ("small", "medium", "large")
+
+# Loader key -> class in ``torch_geometric.datasets``; "ogbn" is OGB's PygNodePropPredDataset.
+PYG_LOADERS = {
+    "planetoid": "Planetoid",
+    "amazon": "Amazon",
+    "coauthor": "Coauthor",
+    "flickr": "Flickr",
+    "reddit": "Reddit",
+    "reddit2": "Reddit2",
+    "actor": "Actor",
+    "linkx": "LINKXDataset",
+}
+LOADERS = (*PYG_LOADERS, "ogbn")
 
 
 @dataclass(frozen=True)
@@ -18,42 +35,73 @@ class DatasetSpec:
 
     Attributes:
         name: canonical name used in configs and paths.
-        loader: ``"planetoid"`` (``torch_geometric.datasets.Planetoid``).
-        loader_name: name argument passed to the loader.
-        raw_files: file names in the loader's raw directory.
+        loader: one of ``LOADERS``: a key of ``PYG_LOADERS`` or ``"ogbn"``
+            (``ogb.nodeproppred.PygNodePropPredDataset``).
+        loader_name: name argument passed to the loader; ``None`` for a loader of a
+            single dataset, which then gets ``<raw root>/<name>`` as its root.
+        raw_subdir: the loader's raw directory, relative to the raw root.
+        raw_files: file names the loader reads from ``raw_subdir``.
         size: ``small`` / ``medium`` / ``large``, used for job resources.
     """
 
     name: str
     loader: str
-    loader_name: str
-    raw_files: tuple[str, ...] = field(default_factory=tuple)
-    size: str = "small"
+    loader_name: str | None
+    raw_subdir: str
+    raw_files: tuple[str, ...]
+    size: str
 
-    @property
-    def raw_subdir(self) -> str:
-        """Raw directory relative to the raw root, as the loader lays it out."""
-        return f"{self.name}/raw"
+    def __post_init__(self) -> None:
+        choice(self.loader, LOADERS, f"loader of dataset {self.name!r}")
+        choice(self.size, SIZES, f"size of dataset {self.name!r}")
 
 
-def _planetoid(name: str, size: str) -> DatasetSpec:
-    key = name.lower()
-    suffixes = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+def _named(name: str, loader: str, raw_files: tuple[str, ...], size: str) -> DatasetSpec:
+    """A loader that takes the dataset's name and keeps its raw files in ``<name>/raw``."""
+    return DatasetSpec(name, loader, name, f"{name}/raw", raw_files, size)
+
+
+def _single(name: str, loader: str, raw_files: tuple[str, ...], size: str) -> DatasetSpec:
+    """A loader of one dataset, given root ``<name>``, keeps its raw files in ``<name>/raw``."""
+    return DatasetSpec(name, loader, None, f"{name}/raw", raw_files, size)
+
+
+def _ogbn(name: str, additional_node_files: tuple[str, ...], size: str) -> DatasetSpec:
+    """OGB node-property dataset: gzipped CSVs in ``ogbn_<x>/raw`` (OGB's own folder name)."""
+    stems = ("edge", "node-feat", "node-label", "num-node-list", "num-edge-list")
     return DatasetSpec(
-        name=name,
-        loader="planetoid",
-        loader_name=name,
-        raw_files=tuple(f"ind.{key}.{s}" for s in suffixes),
-        size=size,
+        name, "ogbn", name, f"{name.replace('-', '_')}/raw",
+        tuple(f"{stem}.csv.gz" for stem in stems + additional_node_files), size,
     )
 
+
+def _planetoid_files(name: str) -> tuple[str, ...]:
+    suffixes = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+    return tuple(f"ind.{name.lower()}.{s}" for s in suffixes)
+
+
+_GRAPHSAINT_FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
+_ACTOR_FILES = ("out1_node_feature_label.txt", "out1_graph_edges.txt") + tuple(
+    f"film_split_0.6_0.2_{i}.npz" for i in range(10)
+)
 
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
-        _planetoid("Cora", "small"),
-        _planetoid("CiteSeer", "small"),
-        _planetoid("PubMed", "small"),
+        _named("Cora", "planetoid", _planetoid_files("Cora"), "small"),
+        _named("CiteSeer", "planetoid", _planetoid_files("CiteSeer"), "small"),
+        _named("PubMed", "planetoid", _planetoid_files("PubMed"), "small"),
+        _named("Photo", "amazon", ("amazon_electronics_photo.npz",), "small"),
+        _named("Computers", "amazon", ("amazon_electronics_computers.npz",), "small"),
+        _named("CS", "coauthor", ("ms_academic_cs.npz",), "medium"),
+        _named("Physics", "coauthor", ("ms_academic_phy.npz",), "medium"),
+        _ogbn("ogbn-arxiv", ("node_year",), "medium"),
+        _ogbn("ogbn-products", (), "large"),
+        _single("Flickr", "flickr", _GRAPHSAINT_FILES, "medium"),
+        _single("Reddit", "reddit", ("reddit_data.npz", "reddit_graph.npz"), "large"),
+        _single("Reddit2", "reddit2", _GRAPHSAINT_FILES, "large"),
+        _single("Actor", "actor", _ACTOR_FILES, "small"),
+        _named("genius", "linkx", ("data.mat",), "medium"),
     )
 }
 
@@ -68,10 +116,60 @@ def get_dataset(name: str) -> DatasetSpec:
 def load_with_loader(spec: DatasetSpec, raw_root: str):
     """Instantiate the official loader on ``raw_root`` (downloads if raw files are missing).
 
-    Returns the loader's dataset object; ``dataset[0]`` is the graph.
+    The loader reads its raw files from ``<raw_root>/<spec.raw_subdir>``. Returns the
+    loader's dataset object; ``dataset[0]`` is the graph.
     """
-    if spec.loader == "planetoid":
-        from torch_geometric.datasets import Planetoid
+    if spec.loader == "ogbn":
+        return _load_ogbn(spec, raw_root)
+    import torch_geometric.datasets as pyg_datasets
 
-        return Planetoid(root=raw_root, name=spec.loader_name)
-    raise ConfigError(f"dataset {spec.name!r} has unsupported loader {spec.loader!r}")
+    loader_cls = getattr(pyg_datasets, PYG_LOADERS[spec.loader])
+    if spec.loader_name is None:
+        return loader_cls(root=str((Path(raw_root) / spec.raw_subdir).parent))
+    return loader_cls(root=raw_root, name=spec.loader_name)
+
+
+def _load_ogbn(spec: DatasetSpec, raw_root: str):
+    """Run OGB's loader without its two stdin prompts (jobs have no stdin).
+
+    OGB asks before using a folder that lacks its release marker and before a
+    download over 1 GB (ogbn-products); the folder is marked as the installed
+    release and the download, which the pipeline asked for, is confirmed. OGB reads
+    its processed cache with ``torch.load``'s default ``weights_only=True``, which
+    needs PyG's storage classes allowlisted.
+    """
+    import ogb.nodeproppred.dataset_pyg as ogb_pyg
+    import torch
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import GlobalStorage
+
+    _mark_ogb_release(spec, raw_root)
+    pyg_classes = [DataEdgeAttr, DataTensorAttr, GlobalStorage]
+    with (
+        mock.patch.object(ogb_pyg, "decide_download", return_value=True),
+        torch.serialization.safe_globals(pyg_classes),
+    ):
+        return ogb_pyg.PygNodePropPredDataset(name=spec.loader_name, root=raw_root)
+
+
+def _mark_ogb_release(spec: DatasetSpec, raw_root: str) -> None:
+    """Create ``RELEASE_v<version>.txt`` (version from OGB's master table) in the dataset folder.
+
+    A marker of another release means the files are from an OGB release the installed
+    ``ogb`` does not read; that is an error naming the folder to delete.
+    """
+    import ogb.nodeproppred
+    import pandas as pd
+
+    master_csv = Path(ogb.nodeproppred.__file__).with_name("master.csv")
+    master = pd.read_csv(master_csv, index_col=0, keep_default_na=False)
+    dataset_dir = (Path(raw_root) / spec.raw_subdir).parent
+    marker = dataset_dir / f"RELEASE_v{master[spec.loader_name]['version']}.txt"
+    stale = sorted(p.name for p in dataset_dir.glob("RELEASE_v*.txt") if p != marker)
+    if stale:
+        raise ConfigError(
+            f"{dataset_dir} holds OGB release {stale}, but the installed ogb reads "
+            f"{marker.name}; delete {dataset_dir} so that the current release is fetched"
+        )
+    dataset_dir.mkdir(parents=True, exist_ok=True)
+    marker.touch()

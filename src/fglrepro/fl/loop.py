@@ -58,14 +58,14 @@ def run_federation(
     ``local`` the clients' freshly trained models are tested; the server updates; if it
     is ``global`` the models clients receive are tested. The best round is the one with
     the highest validation accuracy under ``evaluation.average``; with
-    ``evaluation.patience`` the run stops after that many rounds without improvement.
+    ``evaluation.patience`` the run stops early by ``evaluation.stop_rule``.
 
     Raises :class:`~fglrepro.fl.training.Diverged` when a local loss is not finite.
     """
     clients = method.clients
     weights = [float(c.num_nodes) for c in clients]
     history = History()
-    since_best = 0
+    stopper = EarlyStopping(evaluation)
     for round_ in range(1, rounds + 1):
         uploads = {k: method.client_update(k, round_) for k in method.participants(round_)}
         uploads = {k: u for k, u in uploads.items() if u is not None}
@@ -88,15 +88,32 @@ def run_federation(
         score = record[evaluation.average]["val_acc"]
         if history.best_index < 0 or score > history.best[evaluation.average]["val_acc"]:
             history.best_index = len(history.rounds) - 1
-            since_best = 0
-        else:
-            since_best += 1
         if on_round is not None:
             on_round(record)
-        if evaluation.patience is not None and since_best >= evaluation.patience:
+        if stopper.should_stop(score):
             history.stopped_early = True
             break
     return history
+
+
+class EarlyStopping:
+    """Counts rounds without a new best (``no_improvement``) or consecutive decreases
+    (``consecutive_decrease``) of the validation score; never stops without ``patience``."""
+
+    def __init__(self, evaluation: EvalConfig) -> None:
+        self.patience = evaluation.patience
+        self.rule = evaluation.stop_rule
+        self.best = self.previous = float("-inf")
+        self.count = 0
+
+    def should_stop(self, score: float) -> bool:
+        if self.rule == "no_improvement":
+            self.count = 0 if score > self.best else self.count + 1
+        else:
+            self.count = self.count + 1 if score < self.previous else 0
+        self.best = max(self.best, score)
+        self.previous = score
+        return self.patience is not None and self.count >= self.patience
 
 
 class RoundProgress:

@@ -5,6 +5,8 @@ Written once per (dataset, scheme, clients, seed) and read by every method.
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,8 @@ from fglrepro.config import ConfigError, choice
 from fglrepro.partition.partitioners import get_partitioner
 from fglrepro.partition.splits import random_split, stratified_split
 
-SPLIT_MODES = ("global", "stratified")
+SPLIT_MODES = ("global", "stratified", "random")
+SPEC_KEYS = ("partitioner", "options", "split", "graphless_ratio")
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,14 @@ class PartitionSpec:
     """How clients are simulated.
 
     Attributes:
-        partitioner: registered partitioner name (``louvain``, ``metis``).
+        partitioner: registered partitioner name (see ``PARTITIONERS``).
         options: extra keyword arguments of the partitioner (e.g. ``{"delta": 20}``).
-        split: ``global`` (random split of the whole graph before partitioning) or
-            ``stratified`` (per client, class-stratified).
+        split: ``global`` (random split of the whole graph before partitioning),
+            ``stratified`` (per client, class-stratified) or ``random`` (per client,
+            uniformly random).
         train, val: split fractions; test is the remainder.
+        graphless_ratio: fraction of clients, chosen by the seed, whose edges are hidden
+            (FedGLS); ``round(ratio * K)`` clients, halves rounded up.
     """
 
     partitioner: str
@@ -38,23 +44,42 @@ class PartitionSpec:
     train: float
     val: float
     options: dict[str, Any] = field(default_factory=dict)
+    graphless_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        get_partitioner(self.partitioner)
+        _check_options(self.partitioner, self.options)
         choice(self.split, SPLIT_MODES, "partition.split")
         if not (0 < self.train and 0 <= self.val and self.train + self.val <= 1):
             raise ConfigError(f"split fractions train={self.train}, val={self.val} are invalid")
+        if not 0 <= self.graphless_ratio <= 1:
+            raise ConfigError(f"partition.graphless_ratio = {self.graphless_ratio} must lie in [0, 1]")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "PartitionSpec":
-        values = dict(values)
-        split = values.pop("split")
+        unknown = sorted(set(values) - set(SPEC_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown key(s) {unknown} in partition; valid keys: {list(SPEC_KEYS)}")
+        missing = [key for key in ("partitioner", "split") if key not in values]
+        if missing:
+            raise ConfigError(f"partition lacks key(s) {missing}; valid keys: {list(SPEC_KEYS)}")
+        split = values["split"]
         return cls(
-            partitioner=values.pop("partitioner"),
-            options=values.pop("options", {}) or {},
+            partitioner=values["partitioner"],
+            options=values.get("options", {}) or {},
             split=split["mode"],
             train=float(split["train"]),
             val=float(split["val"]),
+            graphless_ratio=float(values.get("graphless_ratio", 0.0)),
+        )
+
+
+def _check_options(partitioner: str, options: dict[str, Any]) -> None:
+    """Reject options the partitioner does not take, naming the valid ones."""
+    params = list(inspect.signature(get_partitioner(partitioner)).parameters)[3:]
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {unknown} of partitioner {partitioner!r}; valid options: {params or 'none'}"
         )
 
 
@@ -64,7 +89,8 @@ class Partition:
 
     Attributes:
         num_nodes: N of the whole graph.
-        client_nodes: per client, sorted global node ids ``[n_k]``.
+        client_nodes: per client, sorted global node ids ``[n_k]``; clients may overlap
+            (``metis_overlap``) or leave nodes out (``louvain_communities``).
         train_mask, val_mask, test_mask: per client, boolean ``[n_k]`` aligned with
             ``client_nodes``.
         graphless: ``[K]`` bool, clients whose edges are hidden from methods.
@@ -97,27 +123,46 @@ class Partition:
         return cls(**torch.load(path, weights_only=True))
 
 
-def build_partition(data: Data, spec: PartitionSpec, num_clients: int, seed: int) -> Partition:
-    """Partition ``data`` into ``num_clients`` clients and split each client's nodes.
+def _split(
+    data: Data, spec: PartitionSpec, client_nodes: list[Tensor], generator: torch.Generator
+) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """Train, val and test masks per client, each ``[n_k]`` aligned with ``client_nodes``."""
+    if spec.split == "global":
+        masks = random_split(data.num_nodes, spec.train, spec.val, generator)
+        return tuple([m[nodes] for nodes in client_nodes] for m in masks)
+    if spec.split == "stratified":
+        per_client = [stratified_split(data.y[n], spec.train, spec.val, generator) for n in client_nodes]
+    else:
+        per_client = [random_split(n.numel(), spec.train, spec.val, generator) for n in client_nodes]
+    return tuple(list(m) for m in zip(*per_client))
 
-    Deterministic for a given seed: the partitioner and the split draw from it.
+
+def choose_graphless(num_clients: int, ratio: float, generator: torch.Generator) -> Tensor:
+    """``[K]`` bool marking ``floor(ratio * K + 1/2)`` clients drawn uniformly; for one
+    generator state, the sets of increasing ratios are nested."""
+    count = math.floor(ratio * num_clients + 0.5)
+    graphless = torch.zeros(num_clients, dtype=torch.bool)
+    graphless[torch.randperm(num_clients, generator=generator)[:count]] = True
+    return graphless
+
+
+def build_partition(data: Data, spec: PartitionSpec, num_clients: int, seed: int) -> Partition:
+    """Partition ``data`` into ``num_clients`` clients, split each client's nodes and
+    mark graphless clients.
+
+    Deterministic for a given seed: the partitioner, the split and the graphless choice
+    draw from it.
     """
     if num_clients < 1:
         raise ConfigError(f"clients must be >= 1, got {num_clients}")
     generator = torch.Generator().manual_seed(seed)
-    partition_fn = get_partitioner(spec.partitioner)
-    client_nodes = partition_fn(data.edge_index, data.num_nodes, num_clients, seed, **spec.options)
-    if spec.split == "global":
-        masks = random_split(data.num_nodes, spec.train, spec.val, generator)
-        train, val, test = ([m[nodes] for nodes in client_nodes] for m in masks)
-    else:
-        per_client = [stratified_split(data.y[n], spec.train, spec.val, generator) for n in client_nodes]
-        train, val, test = (list(m) for m in zip(*per_client))
+    client_nodes = get_partitioner(spec.partitioner)(data, num_clients, seed, **spec.options)
+    train, val, test = _split(data, spec, client_nodes, generator)
     return Partition(
         num_nodes=data.num_nodes,
         client_nodes=client_nodes,
         train_mask=train,
         val_mask=val,
         test_mask=test,
-        graphless=torch.zeros(len(client_nodes), dtype=torch.bool),
+        graphless=choose_graphless(len(client_nodes), spec.graphless_ratio, generator),
     )

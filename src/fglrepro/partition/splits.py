@@ -1,4 +1,5 @@
-"""Train/validation/test splits: global (before partitioning) or per client, stratified."""
+"""Train/validation/test splits: uniformly random (of the whole graph before partitioning,
+or per client) and class-stratified (per client)."""
 
 from __future__ import annotations
 

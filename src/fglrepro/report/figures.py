@@ -11,13 +11,17 @@ import pandas as pd  # noqa: E402
 
 def convergence_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
     """Test accuracy per round: mean over seeds with a ±std band, one line per method,
-    one panel per (dataset, clients)."""
-    datasets, clients = meta["datasets"], meta["clients"]
-    fig, axes = plt.subplots(len(datasets), len(clients), squeeze=False,
-                             figsize=(3.2 * len(clients), 2.6 * len(datasets)), sharex=True)
-    labels = list(meta["labels"].values())
+    one panel per (dataset, clients), a row of panels per dataset."""
+    datasets = meta["datasets"]
+    clients = {d: [k for dd, k in meta["columns"] if dd == d] for d in datasets}
+    width = max(len(v) for v in clients.values())
+    fig, axes = plt.subplots(len(datasets), width, squeeze=False,
+                             figsize=(3.2 * width, 2.6 * len(datasets)), sharex=True)
+    labels = meta["rows"]
     for i, dataset in enumerate(datasets):
-        for j, k in enumerate(clients):
+        for j in range(len(clients[dataset]), width):
+            axes[i][j].set_visible(False)
+        for j, k in enumerate(clients[dataset]):
             ax = axes[i][j]
             panel = curves[(curves["dataset"] == dataset) & (curves["clients"] == k)]
             for label in labels:

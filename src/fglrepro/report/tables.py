@@ -51,10 +51,8 @@ def layout(summary: pd.DataFrame, meta: dict, metric: str) -> tuple[pd.DataFrame
     of each column.
     """
     part = summary[summary["metric"] == metric]
-    methods = [m for m in meta["labels"].values() if m in set(part["method"])]
-    columns = pd.MultiIndex.from_tuples(
-        [(d, c) for d in meta["datasets"] for c in meta["clients"]], names=["dataset", "clients"]
-    )
+    methods = [m for m in meta["rows"] if m in set(part["method"])]
+    columns = pd.MultiIndex.from_tuples([tuple(col) for col in meta["columns"]], names=["dataset", "clients"])
     text = pd.DataFrame("", index=methods, columns=columns)
     means = pd.DataFrame(np.nan, index=methods, columns=columns)
     for _, row in part.iterrows():
