@@ -68,8 +68,8 @@ def main() -> None:
             for _ in range(args.repeats)]
         results["start-up: fgl-train --help"] = [
             timed([BIN / "fgl-train", "--help"]) for _ in range(args.repeats)]
-        partition = [BIN / "fgl-partition", "--data", tmp / "cora.pt", "--spec", json.dumps(PARTITION_SPEC),
-                     "--clients", "10", "--seed", "0", "--out", tmp / "p.pt", "--stats", tmp / "p.json"]
+        partition = [BIN / "fgl-partition", "build", "--data", tmp / "cora.pt", "--spec", json.dumps(PARTITION_SPEC),
+                     "--clients", "10", "--seed", "0", "--out", tmp / "p.pt"]
         results["partition: Cora, Louvain, 10 clients (process)"] = [timed(partition) for _ in range(args.repeats)]
         train = [BIN / "fgl-train", "--spec", json.dumps(FEDTAD_SPEC), "--data", tmp / "cora.pt",
                  "--partition", tmp / "p.pt", "--out", tmp / "run.json", "--threads", "1"]

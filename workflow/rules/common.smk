@@ -183,7 +183,10 @@ TRAIN_CORE = sorted(
                        "data/prepare.py", "partition/build.py")]
     + list((PKG / "fl").glob("*.py"))
 )
-PARTITION_CODE = sorted(list((PKG / "partition").glob("*.py")) + [PKG / "cli/partition.py"])
+PARTITION_CODE = sorted(
+    [PKG / "partition" / f for f in ("__init__.py", "build.py", "partitioners.py", "splits.py")]
+    + [PKG / "cli/partition.py"]
+)
 
 
 def method_source(wildcards):

@@ -1,7 +1,8 @@
-"""``fgl-partition``: split a prepared graph into clients and write partition statistics.
+"""``fgl-partition``: split a prepared graph into clients; describe a partition.
 
-    fgl-partition --data data/prepared/Cora/plain.pt --spec '{"partitioner": "louvain", ...}' \
-        --clients 10 --seed 0 --out part.pt --stats part.stats.json
+    fgl-partition build --data data/prepared/Cora/plain.pt \
+        --spec '{"partitioner": "louvain", "options": {}, "split": {...}}' --clients 10 --seed 0 --out part.pt
+    fgl-partition stats --data data/prepared/Cora/plain.pt --partition part.pt --out part.stats.json
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ log = logging.getLogger("fgl-partition")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fgl-partition", description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="prepared graph (.pt)")
-    parser.add_argument("--spec", required=True, help="partition spec as JSON: partitioner, options, split")
-    parser.add_argument("--clients", type=int, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--stats", required=True, help="statistics JSON output")
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="partition a prepared graph and split every client")
+    build.add_argument("--data", required=True, help="prepared graph (.pt)")
+    build.add_argument("--spec", required=True, help="partition spec as JSON: partitioner, options, split")
+    build.add_argument("--clients", type=int, required=True)
+    build.add_argument("--seed", type=int, required=True)
+    build.add_argument("--out", required=True)
+    stats = sub.add_parser("stats", help="per-client statistics of a partition (JSON)")
+    stats.add_argument("--data", required=True, help="prepared graph (.pt)")
+    stats.add_argument("--partition", required=True, help="partition (.pt)")
+    stats.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
 
@@ -32,20 +38,24 @@ def main(argv=None) -> None:
     def body() -> None:
         from fglrepro.data.prepare import load_graph
         from fglrepro.io import atomic_write_json
-        from fglrepro.partition.build import PartitionSpec, build_partition
+        from fglrepro.partition.build import Partition, PartitionSpec, build_partition
+
+        data = load_graph(args.data)
+        if args.command == "build":
+            spec = PartitionSpec.from_dict(json.loads(args.spec))
+            partition = build_partition(data, spec, args.clients, args.seed)
+            partition.save(args.out)
+            sizes = [n.numel() for n in partition.client_nodes]
+            log.info("%d clients of %d to %d nodes, %d graphless", partition.num_clients, min(sizes),
+                     max(sizes), int(partition.graphless.sum()))
+            return
         from fglrepro.partition.stats import partition_stats
 
-        spec = PartitionSpec.from_dict(json.loads(args.spec))
-        data = load_graph(args.data)
-        partition = build_partition(data, spec, args.clients, args.seed)
-        stats = partition_stats(data, partition)
-        stats["spec"] = json.loads(args.spec)
-        stats["seed"] = args.seed
-        partition.save(args.out)
-        atomic_write_json(stats, args.stats)
+        stats = partition_stats(data, Partition.load(args.partition))
+        atomic_write_json(stats, args.out)
         avg = stats["average"]
-        log.info("%d clients: %.1f nodes, %.1f edges, clustering %.3f, heterogeneity %.3f on average",
-                 args.clients, avg["nodes"], avg["edges"], avg["clustering"], stats["heterogeneity"])
+        log.info("%.1f nodes, %.1f edges, clustering %.3f per client; heterogeneity %.3f",
+                 avg["nodes"], avg["edges"], avg["clustering"], stats["heterogeneity"])
 
     run_cli(body)
 

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from scipy.spatial.distance import jensenshannon
 from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
 
 from fglrepro.partition.build import Partition
 
@@ -20,10 +21,14 @@ def label_js_divergence(p: np.ndarray, q: np.ndarray) -> float:
 
 def partition_stats(data: Data, partition: Partition) -> dict:
     """Per-client #nodes, #undirected edges, average clustering and label histogram,
-    their averages, and the median pairwise label JS divergence ("heterogeneity")."""
+    their averages, and the median pairwise label JS divergence ("heterogeneity").
+
+    Structure is that of each client's induced subgraph, also for graphless clients (whose
+    edges methods never see): the statistics describe the data, as the papers' tables do.
+    """
     clients = []
     for k, nodes in enumerate(partition.client_nodes):
-        edge_index = partition.client_edges(k, data.edge_index)
+        edge_index, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)
         graph = nx.Graph()
         graph.add_nodes_from(range(nodes.numel()))
         graph.add_edges_from(edge_index.t().tolist())
