@@ -4,9 +4,14 @@ These rules read only the aggregate CSVs, so editing them never retrains anythin
 """
 
 
-def reported_csv(wildcards):
-    reported = STUDIES[wildcards.study]["reported"]
-    return [Path(config["paper_dir"]) / reported] if reported else []
+def paper_csv(key):
+    """Input function: the study's reported-values CSV named by ``key`` (in paper_dir), if any."""
+
+    def inputs(wildcards):
+        name = STUDIES[wildcards.study][key]
+        return [Path(config["paper_dir"]) / name] if name else []
+
+    return inputs
 
 
 rule tables:
@@ -30,7 +35,7 @@ rule tables:
 rule comparison:
     input:
         metrics=RESULTS + "/metrics/{study}.csv",
-        reported=reported_csv,
+        reported=paper_csv("reported"),
         code=[PKG / "cli/report.py", PKG / "report/tables.py"],
     output:
         csv=report(RESULTS + "/tables/{study}.comparison.csv", caption="../report/comparison.rst",
@@ -66,8 +71,7 @@ rule figures:
 rule partition_stats:
     input:
         stats=lambda w: study_partition_stats(w.study),
-        reported=lambda w: [Path(config["paper_dir"]) / STUDIES[w.study]["reported_partition_stats"]]
-        if STUDIES[w.study]["reported_partition_stats"] else [],
+        reported=paper_csv("reported_partition_stats"),
         code=[PKG / "cli/report.py", PKG / "report/partitions.py"],
     output:
         csv=report(RESULTS + "/tables/{study}.partition_stats.csv", caption="../report/partition_stats.rst",
