@@ -80,11 +80,15 @@ class TrainConfig:
     optimizer: str = "adam"
     lr: float = 0.01
     weight_decay: float = 5e-4
+    #: fraction of clients sampled (uniformly, without replacement) each round
+    participation: float = 1.0
 
     def __post_init__(self) -> None:
         choice(self.optimizer, ("adam", "sgd"), "train.optimizer")
         if self.rounds < 1 or self.local_epochs < 0:
             raise ConfigError("train.rounds must be >= 1 and train.local_epochs >= 0")
+        if not 0.0 < self.participation <= 1.0:
+            raise ConfigError(f"train.participation must be in (0, 1], got {self.participation}")
 
 
 @dataclass(frozen=True)

@@ -44,13 +44,23 @@ class GCN(nn.Module):
         self.readout = nn.Linear(hidden, out_channels) if readout else None
         self.dropout = dropout
 
-    def forward(self, x: Tensor, adj: Tensor) -> Tensor:
-        """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``."""
+    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``.
+
+        With ``return_hidden`` also returns the input of the last layer ``[n, hidden]``
+        (the node representation used by contrastive methods): ``(hidden, logits)``.
+        """
+        hidden = x
         for i, conv in enumerate(self.convs):
+            if i == len(self.convs) - 1:
+                hidden = x
             x = conv(x, adj)
             if i < len(self.convs) - 1 or self.readout is not None:
                 x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
-        return self.readout(x) if self.readout is not None else x
+        if self.readout is not None:
+            hidden = x
+            x = self.readout(x)
+        return (hidden, x) if return_hidden else x
 
 
 MODELS: dict[str, type[nn.Module]] = {"gcn": GCN}

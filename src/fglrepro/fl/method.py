@@ -76,8 +76,15 @@ class FederatedMethod:
         self.hparams = hparams
 
     def participants(self, round_: int) -> list[int]:
-        """Clients taking part in ``round_`` (all of them by default)."""
-        return list(range(len(self.clients)))
+        """Clients taking part in ``round_``: all of them, or with ``train.participation``
+        below 1 a uniform sample of ``max(1, round(participation * K))`` clients."""
+        num_clients = len(self.clients)
+        fraction = self.federation.train.participation
+        if fraction >= 1.0:
+            return list(range(num_clients))
+        count = max(1, round(fraction * num_clients))
+        order = torch.randperm(num_clients, generator=self.federation.generator)
+        return sorted(order[:count].tolist())
 
     def client_update(self, k: int, round_: int) -> Upload | None:
         raise NotImplementedError
