@@ -97,6 +97,19 @@ class FederatedMethod:
         ``stage="global"`` after the server step (what the client receives)."""
         raise NotImplementedError
 
+    def server_models(self) -> list[nn.Module]:
+        """The distinct server-side models that clients receive (one global model, one per
+        cluster, or one per client), for server-side plug-ins such as FedTAD's
+        distillation to refine in place after :meth:`server_update`. Empty by default."""
+        return []
+
+    def teacher_model(self, k: int, upload: Upload) -> nn.Module:
+        """Client ``k``'s uploaded local model rebuilt on the server (a distillation
+        teacher). The default loads ``upload.tensors`` into a copy of the initial model."""
+        model = copy.deepcopy(self.federation.model)
+        load_parameters(model, upload.tensors)
+        return model
+
 
 class ParameterAveraging(FederatedMethod):
     """FedAvg skeleton: clients start from the server model, train locally, and the
@@ -144,6 +157,9 @@ class ParameterAveraging(FederatedMethod):
 
     def eval_model(self, k: int, stage: str) -> nn.Module:
         return self.global_model if stage == "global" else self.local_models[k]
+
+    def server_models(self) -> list[nn.Module]:
+        return [self.global_model]
 
 
 def require_global_model(method: FederatedMethod, name: str, stage: str) -> None:

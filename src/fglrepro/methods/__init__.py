@@ -13,7 +13,19 @@ from typing import Callable
 from fglrepro.config import ConfigError
 
 #: Method name -> module under fglrepro.methods (one module per method).
-METHOD_MODULES: dict[str, str] = {"local": "local", "fedavg": "fedavg", "fedprox": "fedprox"}
+METHOD_MODULES: dict[str, str] = {
+    "local": "local",
+    "fedavg": "fedavg",
+    "fedprox": "fedprox",
+    "scaffold": "scaffold",
+    "moon": "moon",
+    "feddc": "feddc",
+    "gcfl_plus": "gcfl_plus",
+    "fedpub": "fedpub",
+    "fedsage_plus": "fedsage_plus",
+    "fedgta": "fedgta",
+    "fedtad": "fedtad",
+}
 
 _REGISTRY: dict[str, type] = {}
 
