@@ -53,6 +53,26 @@ def test_fedavg_server_model_is_the_weighted_mean_of_uploads(sbm):
         assert torch.allclose(p, expected, atol=1e-6)
 
 
+def test_fedavg_counts_one_model_up_and_down_per_sampled_client(sbm):
+    method = make_method(sbm, "fedavg")
+    history = run_federation(method, 2, EvalConfig())
+    model_bytes = sum(p.numel() * 4 for p in method.global_model.parameters())
+    assert all(r["upload_bytes"] == [model_bytes] * 3 == r["download_bytes"] for r in history.rounds)
+
+
+def test_participation_samples_a_seeded_fraction_of_clients(sbm):
+    def sampled(seed):
+        method = make_method(sbm, "fedavg", seed=seed)
+        method.federation = Federation(method.clients, method.federation.model,
+                                       TrainConfig(participation=0.34), torch.Generator().manual_seed(seed))
+        return [method.participants(r) for r in range(1, 6)]
+
+    rounds = sampled(0)
+    assert all(len(p) == 1 for p in rounds)
+    assert sampled(0) == rounds
+    assert len({tuple(p) for p in rounds}) > 1
+
+
 def test_fedprox_with_zero_mu_equals_fedavg_bit_for_bit(sbm):
     evaluation = EvalConfig(model="global", average="weighted")
     avg = run_federation(make_method(sbm, "fedavg"), 3, evaluation)
@@ -75,7 +95,7 @@ def test_local_method_never_communicates(sbm):
     method = make_method(sbm, "local")
     before = [copy.deepcopy(m.state_dict()) for m in method.models]
     history = run_federation(method, 2, EvalConfig(model="local", average="unweighted"))
-    assert all(r["upload_bytes"] == 0 for r in history.rounds)
+    assert all(sum(r["upload_bytes"]) == 0 and sum(r["download_bytes"]) == 0 for r in history.rounds)
     # each client trained only on its own data: models diverge from the shared init
     assert not torch.equal(method.models[0].convs[0].lin.weight, method.models[1].convs[0].lin.weight)
     assert all(not torch.equal(b["convs.0.lin.weight"], m.convs[0].lin.weight) for b, m in zip(before, method.models))

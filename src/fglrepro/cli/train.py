@@ -86,11 +86,20 @@ def curves(history) -> dict:
     """Per-round series (both averages) for figures."""
     out = {"round": [r["round"] for r in history.rounds],
            "train_loss": [r["train_loss"] for r in history.rounds],
-           "upload_bytes": [r["upload_bytes"] for r in history.rounds]}
+           "upload_bytes": [sum(r["upload_bytes"]) for r in history.rounds],
+           "download_bytes": [sum(r["download_bytes"]) for r in history.rounds]}
     for average in ("weighted", "unweighted"):
         for key in ("val_acc", "test_acc", "test_f1_macro"):
             out[f"{average}_{key}"] = [r[average][key] for r in history.rounds]
     return out
+
+
+def communication(history) -> dict:
+    """Total bytes each client uploaded and downloaded over the run (lists of length K)."""
+    return {
+        direction: [int(sum(col)) for col in zip(*(r[direction] for r in history.rounds))]
+        for direction in ("upload_bytes", "download_bytes")
+    }
 
 
 def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -> dict:
@@ -138,7 +147,8 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     try:
         history = run_federation(method, train_cfg.rounds, eval_cfg, on_round=progress)
         record.update(status="ok", stopped_early=history.stopped_early,
-                      metrics=summarize(history, eval_cfg), curves=curves(history))
+                      metrics=summarize(history, eval_cfg), curves=curves(history),
+                      communication=communication(history))
     except Diverged as err:
         record.update(status="diverged", message=str(err))
     except torch.OutOfMemoryError as err:

@@ -25,6 +25,12 @@ def weighted_average(states: Sequence[dict[str, Tensor]], weights: Sequence[floa
     return out
 
 
+def personalized_average(states: Sequence[dict[str, Tensor]], weight_matrix: Tensor) -> list[dict[str, Tensor]]:
+    """One weighted average per receiver: row ``i`` of ``weight_matrix`` ``[R, K]`` weights
+    the K ``states`` for receiver ``i`` (rows need not be normalised)."""
+    return [weighted_average(states, row.tolist()) for row in weight_matrix]
+
+
 def parameters_of(model: nn.Module) -> dict[str, Tensor]:
     """Detached copy of the model's trainable parameters (the uploaded payload)."""
     return {name: p.detach().clone() for name, p in model.named_parameters()}

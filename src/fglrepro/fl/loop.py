@@ -31,8 +31,9 @@ def average_client_metrics(per_client: list[dict[str, float]], weights: list[flo
 class History:
     """Per-round record of a run and the selected (best-validation) round.
 
-    ``rounds[i]`` holds ``{"round", "train_loss", "upload_bytes", "weighted": {...},
-    "unweighted": {...}, "clients": [per-client metrics]}``.
+    ``rounds[i]`` holds ``{"round", "train_loss", "upload_bytes" [K], "download_bytes" [K],
+    "weighted": {...}, "unweighted": {...}, "clients": [per-client metrics]}``; the byte
+    lists count what each client sent and received that round (0 when not sampled).
     """
 
     rounds: list[dict] = field(default_factory=list)
@@ -72,13 +73,16 @@ def run_federation(
         if evaluation.model == "local":
             per_client = [evaluate(method.eval_model(k, "local"), c) for k, c in enumerate(clients)]
         method.server_update(round_, uploads)
+        for k in uploads:
+            method.on_download(k, round_)
         if evaluation.model == "global":
             per_client = [evaluate(method.eval_model(k, "global"), c) for k, c in enumerate(clients)]
         losses = [u.loss for u in uploads.values()]
         record = {
             "round": round_,
             "train_loss": float(np.mean(losses)) if losses else float("nan"),
-            "upload_bytes": int(sum(u.num_bytes for u in uploads.values())),
+            "upload_bytes": [uploads[k].num_bytes if k in uploads else 0 for k in range(len(clients))],
+            "download_bytes": [method.download_bytes(k) if k in uploads else 0 for k in range(len(clients))],
             **average_client_metrics(per_client, weights),
             "clients": per_client,
         }

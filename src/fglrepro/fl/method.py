@@ -92,6 +92,14 @@ class FederatedMethod:
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         raise NotImplementedError
 
+    def on_download(self, k: int, round_: int) -> None:
+        """Client ``k``'s work after receiving the server's reply in ``round_`` (called by
+        the loop for every participant after :meth:`server_update`); nothing by default."""
+
+    def download_bytes(self, k: int) -> int:
+        """Bytes client ``k`` receives from the server after a round (0 by default)."""
+        return 0
+
     def eval_model(self, k: int, stage: str) -> nn.Module:
         """Model tested on client ``k``: ``stage="local"`` right after local training,
         ``stage="global"`` after the server step (what the client receives)."""
@@ -160,6 +168,9 @@ class ParameterAveraging(FederatedMethod):
 
     def server_models(self) -> list[nn.Module]:
         return [self.global_model]
+
+    def download_bytes(self, k: int) -> int:
+        return sum(p.numel() * p.element_size() for p in self.global_model.parameters())
 
 
 def require_global_model(method: FederatedMethod, name: str, stage: str) -> None:
