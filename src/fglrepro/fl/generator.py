@@ -1,0 +1,91 @@
+"""Server-side data-free pieces shared by generator-based distillation (FedTAD, DENSE,
+Co-Boost): a class-conditional feature generator, balanced pseudo labels, the kNN
+pseudo graph, and diversity losses."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fglrepro.fl.clients import normalized_adjacency
+
+
+class ConditionalGenerator(nn.Module):
+    """``x̂ = P(z, y)``: label embedding ``[C]`` ‖ noise ``[noise_dim]`` -> MLP with Tanh
+    -> node features ``[feat_dim]`` (FedTAD code: widths 64, 128, 256, label embedding C x C).
+
+    Args:
+        num_classes: C.
+        feat_dim: F, feature size of the generated nodes.
+        noise_dim: size of z.
+        hidden: widths of the hidden layers.
+    """
+
+    def __init__(
+        self, num_classes: int, feat_dim: int, noise_dim: int = 32, hidden: tuple[int, ...] = (64, 128, 256),
+    ) -> None:
+        super().__init__()
+        self.noise_dim = noise_dim
+        self.label_embedding = nn.Embedding(num_classes, num_classes)
+        widths = [noise_dim + num_classes, *hidden]
+        layers: list[nn.Module] = []
+        for a, b in zip(widths[:-1], widths[1:]):
+            layers += [nn.Linear(a, b), nn.Tanh()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(widths[-1], feat_dim)
+
+    def forward(self, z: Tensor, labels: Tensor) -> Tensor:
+        """``z [B, noise_dim]``, ``labels [B]`` -> features ``[B, F]``."""
+        return self.head(self.body(torch.cat([self.label_embedding(labels), z], dim=-1)))
+
+
+def balanced_labels(num_nodes: int, num_classes: int, device: torch.device | None = None) -> Tensor:
+    """``[num_nodes]`` labels, ``num_nodes // C`` per class in order, the remainder on the
+    last class (FedTAD code)."""
+    per_class = torch.full((num_classes,), num_nodes // num_classes, dtype=torch.long)
+    per_class[-1] += num_nodes - int(per_class.sum())
+    return torch.repeat_interleave(torch.arange(num_classes), per_class).to(device)
+
+
+@torch.no_grad()
+def knn_pseudo_graph(x: Tensor, k: int) -> Tensor:
+    """GCN-normalised sparse adjacency ``[B, B]`` of the kNN graph on cosine similarity.
+
+    Each node links to its ``k`` most similar nodes (itself included, as the similarity
+    of a node with itself is maximal); the graph is symmetrised and self-loops added.
+    The structure is constant: no gradient flows through it.
+    """
+    unit = F.normalize(x, dim=1)
+    k = min(k, x.size(0))
+    neighbours = (unit @ unit.t()).topk(k, dim=1).indices
+    rows = torch.arange(x.size(0), device=x.device).repeat_interleave(k)
+    edge_index = torch.stack([rows, neighbours.reshape(-1)])
+    edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]].unique(dim=1)
+    return normalized_adjacency(edge_index, x.size(0))
+
+
+def noise_diversity_loss(z: Tensor, x: Tensor) -> Tensor:
+    """Mode-seeking diversity (FedTAD code): ``exp(-mean_ij ||z_i - z_j||²_mean · |x_i - x_j|_mean)``.
+
+    Small when pairs of noise vectors far apart generate features far apart.
+    ``z [B, Z]``, ``x [B, F]`` -> scalar.
+    """
+    noise_dist = torch.cdist(z, z).pow(2) / z.size(1)
+    feature_dist = torch.cdist(x, x, p=1) / x.size(1)
+    return torch.exp(-(noise_dist * feature_dist).mean())
+
+
+def cosine_diversity_loss(x: Tensor) -> Tensor:
+    """Mean pairwise cosine similarity of generated features (FedTAD eq. 9). ``x [B, F]`` -> scalar."""
+    unit = F.normalize(x, dim=1)
+    return (unit @ unit.t()).mean()
+
+
+DIVERSITY_LOSSES = ("noise_l1", "cosine")
+
+
+def diversity_loss(kind: str, z: Tensor, x: Tensor) -> Tensor:
+    """The diversity loss named ``kind`` (one of :data:`DIVERSITY_LOSSES`)."""
+    return noise_diversity_loss(z, x) if kind == "noise_l1" else cosine_diversity_loss(x)

@@ -1,0 +1,55 @@
+"""Structural node descriptors computed on a client's graph, sparse and vectorised."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import Tensor
+
+
+def return_probabilities(
+    edge_index: Tensor, num_nodes: int, walk_length: int, block_size: int = 4096,
+) -> Tensor:
+    """Random-walk return probabilities ``[T^1_ii, ..., T^p_ii]`` for every node.
+
+    ``T = Â D̂^-1`` is the transition matrix of ``Â = A + I`` (self-loops keep isolated
+    nodes defined). ``diag(T^p)`` equals ``diag(S^p)`` for the symmetric
+    ``S = D̂^-1/2 Â D̂^-1/2`` (a similarity transform), and for symmetric ``S``,
+    ``(S^p)_ii = sum_j (S^a)_ij (S^b)_ij`` with ``a = ceil(p/2)``, ``b = floor(p/2)``. Rows
+    of ``S^1 .. S^ceil(p/2)`` are built block by block, so memory is bounded by one block
+    of ``S^ceil(p/2)`` rows; no dense ``N x N`` matrix is formed.
+
+    Args:
+        edge_index: ``[2, E]`` undirected edges (both directions present).
+        num_nodes: N.
+        walk_length: p >= 1.
+        block_size: rows per block.
+
+    Returns:
+        ``[N, p]`` float tensor; column ``t - 1`` holds ``T^t_ii``.
+    """
+    if walk_length < 1:
+        raise ValueError(f"walk_length must be >= 1, got {walk_length}")
+    row, col = edge_index.cpu().numpy()
+    keep = row != col
+    adj = sp.csr_matrix(
+        (np.ones(int(keep.sum()), dtype=np.float64), (row[keep], col[keep])), shape=(num_nodes, num_nodes)
+    )
+    adj.data[:] = 1.0
+    adj = (adj + sp.identity(num_nodes, format="csr")).tocsr()
+    inv_sqrt = 1.0 / np.sqrt(np.asarray(adj.sum(axis=1)).ravel())
+    sym = sp.diags(inv_sqrt) @ adj @ sp.diags(inv_sqrt)
+    sym = sym.tocsr()
+    half = (walk_length + 1) // 2
+    out = np.empty((num_nodes, walk_length), dtype=np.float64)
+    for start in range(0, num_nodes, block_size):
+        stop = min(start + block_size, num_nodes)
+        eye = sp.identity(num_nodes, format="csr")[start:stop]
+        powers = [eye, sym[start:stop]]
+        for _ in range(half - 1):
+            powers.append((powers[-1] @ sym).tocsr())
+        for p in range(1, walk_length + 1):
+            a, b = (p + 1) // 2, p // 2
+            out[start:stop, p - 1] = np.asarray(powers[a].multiply(powers[b]).sum(axis=1)).ravel()
+    return torch.from_numpy(out).float()

@@ -1,0 +1,299 @@
+"""FedTAD (Zhu et al., IJCAI 2024): topology-aware data-free knowledge distillation.
+
+Client side, once: class-wise knowledge reliability ϕ_k (eq. 3-5) from topology-aware
+node embeddings, uploaded with the client's first model. Server side, every round:
+the base method aggregates (FedAvg by default), then the adversarial distillation of
+eq. 6-11 refines every server-side model with the uploaded local models as teachers,
+each teacher weighted per class by ϕ_k^c / Σ_j ϕ_j^c over the round's participants.
+
+FedTAD wraps its base method, so it plugs in after any method that exposes
+``server_models()`` (Table 3: GCFL+, Fed-PUB, FedSage+, FedGTA), without changes to the
+round loop. Defaults are the authors' code (zyl24/FedTAD, ``train_fedtad.py``); where the
+code and the paper differ both are selectable (``divergence``, ``diversity``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fglrepro.config import ConfigError, choice, from_dict
+from fglrepro.fl.clients import ClientData, normalized_adjacency
+from fglrepro.fl.generator import (
+    DIVERSITY_LOSSES, ConditionalGenerator, balanced_labels, diversity_loss, knn_pseudo_graph,
+)
+from fglrepro.fl.method import FederatedMethod, Federation, Upload
+from fglrepro.fl.topology import return_probabilities
+from fglrepro.methods import get_method, register
+
+#: Name of the reliability vector in a client's first upload.
+RELIABILITY_KEY = "fedtad.reliability"
+RELIABILITIES = ("topology", "equal", "labelled")
+
+
+@dataclass(frozen=True)
+class FedTADHparams:
+    """FedTAD settings; defaults from the authors' code unless noted.
+
+    base, base_hparams: method whose aggregation FedTAD post-processes and its hparams.
+    reliability: ``topology`` (eq. 5), ``equal`` (ϕ = 1, FedTAD-eq) or ``labelled``
+        (ϕ^c = number of labelled nodes of class c, FedTAD-nv).
+    walk_length: p, longest random walk of the topology embedding (eq. 3).
+    reliability_noise: r; each uploaded ϕ_k^c becomes ``max(0, ϕ (1 + r ε))``, ε ~ N(0, 1)
+        (Table 2's "10 % noise" row: r = 0.1).
+    pseudo_graph: ``generated`` (eq. 6-7) or ``real`` (the union of the clients' graphs,
+        FedTAD-r-eq with ``reliability: equal``; no generator).
+    num_pseudo_nodes: B, split evenly over classes. knn: k of the pseudo graph (eq. 7).
+    noise_dim: size of the generator's noise z.
+    distill_epochs, generator_steps, distill_steps: I, I_g, I_d of Algorithm 1.
+    lr_generator, lr_distill, weight_decay: Adam of the generator and of the server model(s).
+    lambda_sem, lambda_div: λ1, λ2 of eq. 11 (code 1; the paper searches 1e-3 .. 1e-1).
+    weight_diverg: weight of L_diverg in the generator's objective (0 removes it, Fig. 4b).
+    divergence: ``l1`` (code: mean |logit difference|) or ``kl`` (eq. 10, KL(global ‖ local)).
+    diversity: ``noise_l1`` (code: mode-seeking loss on noise and feature distances) or
+        ``cosine`` (eq. 9).
+    """
+
+    base: str = "fedavg"
+    base_hparams: dict = field(default_factory=dict)
+    reliability: str = "topology"
+    walk_length: int = 5
+    reliability_noise: float = 0.0
+    pseudo_graph: str = "generated"
+    num_pseudo_nodes: int = 100
+    knn: int = 5
+    noise_dim: int = 32
+    distill_epochs: int = 5
+    generator_steps: int = 1
+    distill_steps: int = 5
+    lr_generator: float = 1e-3
+    lr_distill: float = 1e-3
+    weight_decay: float = 5e-4
+    lambda_sem: float = 1.0
+    lambda_div: float = 1.0
+    weight_diverg: float = 1.0
+    divergence: str = "l1"
+    diversity: str = "noise_l1"
+
+    def __post_init__(self) -> None:
+        choice(self.reliability, RELIABILITIES, "hparams.reliability")
+        choice(self.pseudo_graph, ("generated", "real"), "hparams.pseudo_graph")
+        choice(self.divergence, ("l1", "kl"), "hparams.divergence")
+        choice(self.diversity, DIVERSITY_LOSSES, "hparams.diversity")
+        if self.base == "fedtad":
+            raise ConfigError("hparams.base = 'fedtad' is not valid: FedTAD cannot wrap itself")
+
+
+def class_reliability(client: ClientData, walk_length: int, chunk: int = 1 << 20) -> Tensor:
+    """Class-wise knowledge reliability ϕ ``[C]`` of one client (eq. 3-5).
+
+    ``h_i = x_i ‖ [T^1_ii .. T^p_ii]``; for each labelled node i the mean cosine
+    similarity of ``h_i`` with its neighbours, counting i itself (similarity 1) as the
+    authors' code does so that isolated labelled nodes are defined:
+    ``(1 + Σ_{j∈N(i)} s(h_i, h_j)) / (1 + |N(i)|)``; ϕ^c sums it over labelled nodes of class c.
+    Sparse: one pass over the edges leaving labelled nodes, in chunks of ``chunk`` edges.
+    """
+    n = client.num_nodes
+    topo = return_probabilities(client.edge_index, n, walk_length).to(client.x.device)
+    h = F.normalize(torch.cat([client.x.float(), topo], dim=1), dim=1)
+    src, dst = client.edge_index
+    keep = client.train_mask[src] & (src != dst)
+    src, dst = src[keep], dst[keep]
+    similarity = torch.zeros(n, device=h.device)
+    for start in range(0, src.numel(), chunk):
+        s, d = src[start:start + chunk], dst[start:start + chunk]
+        similarity.index_add_(0, s, (h[s] * h[d]).sum(dim=1))
+    degree = torch.bincount(src, minlength=n).float()
+    homophily = (1.0 + similarity) / (1.0 + degree)
+    labelled = client.train_mask
+    return torch.zeros(client.num_classes, device=h.device).index_add_(
+        0, client.y[labelled], homophily[labelled]
+    )
+
+
+def labelled_counts(client: ClientData) -> Tensor:
+    """``[C]`` number of labelled (training) nodes per class."""
+    return torch.bincount(client.y[client.train_mask], minlength=client.num_classes).float()
+
+
+def per_node_weights(reliability: Tensor, labels: Tensor) -> Tensor:
+    """``[K, B]`` weight of pseudo node i for teacher k: ``ϕ̄_k^{y_i} / |V̂_{y_i}|``.
+
+    ``reliability [K, C]`` is normalised per class over the K teachers (eq. 8); dividing by
+    the class size turns the per-class sums of eq. 8/10 into the code's per-class means.
+    """
+    total = reliability.sum(dim=0, keepdim=True)
+    share = torch.where(total > 0, reliability / total.clamp_min(1e-12), torch.zeros_like(reliability))
+    class_size = torch.bincount(labels, minlength=reliability.size(1)).clamp_min(1).float()
+    return share[:, labels] / class_size[labels]
+
+
+def divergence(kind: str, student: Tensor, teachers: Tensor) -> Tensor:
+    """``[K, B]`` per-node divergence of ``student [B, C]`` from each of ``teachers [K, B, C]``."""
+    if kind == "l1":
+        return (student.unsqueeze(0) - teachers).abs().mean(dim=-1)
+    log_s = F.log_softmax(student, dim=-1).unsqueeze(0)
+    log_t = F.log_softmax(teachers, dim=-1)
+    return (log_s.exp() * (log_s - log_t)).sum(dim=-1)
+
+
+@register("fedtad")
+class FedTAD(FederatedMethod):
+    """FedTAD around a base method (FedAvg by default); see the module docstring."""
+
+    label = "FedTAD"
+    Hparams = FedTADHparams
+
+    def __init__(self, federation: Federation, hparams: FedTADHparams) -> None:
+        super().__init__(federation, hparams)
+        base_cls = get_method(hparams.base)
+        base_hparams = from_dict(base_cls.Hparams, hparams.base_hparams, f"hparams.base_hparams of {hparams.base}")
+        self.base = base_cls(federation, base_hparams)
+        if not self.base.server_models():
+            raise ConfigError(
+                f"hparams.base = {hparams.base!r} has no server-side model for FedTAD to distil into; "
+                "use a method that aggregates models (e.g. fedavg)"
+            )
+        self.has_global_model = self.base.has_global_model
+        device = federation.clients[0].x.device
+        self.rng = torch.Generator().manual_seed(federation.generator.initial_seed() + 1)
+        self.reliability = [self._client_reliability(c) for c in self.clients]
+        self.uploaded: set[int] = set()
+        self.server_reliability: dict[int, Tensor] = {}
+        num_classes = self.clients[0].num_classes
+        if hparams.pseudo_graph == "generated":
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(torch.randint(2**31, (1,), generator=self.rng)))
+                self.generator = ConditionalGenerator(
+                    num_classes, self.clients[0].x.size(1), hparams.noise_dim
+                ).to(device)
+            self.generator_optimizer = torch.optim.Adam(
+                self.generator.parameters(), lr=hparams.lr_generator, weight_decay=hparams.weight_decay
+            )
+            self.pseudo_labels = balanced_labels(hparams.num_pseudo_nodes, num_classes, device)
+        else:
+            self.real_x, self.real_adj, self.pseudo_labels = self._real_graph()
+        self.distill_optimizers: weakref.WeakKeyDictionary[nn.Module, torch.optim.Optimizer] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client_reliability(self, client: ClientData) -> Tensor:
+        """ϕ_k as the client uploads it (variant and noise applied)."""
+        kind = self.hparams.reliability
+        if kind == "topology":
+            phi = class_reliability(client, self.hparams.walk_length)
+        elif kind == "labelled":
+            phi = labelled_counts(client)
+        else:
+            phi = torch.ones(client.num_classes, device=client.x.device)
+        if self.hparams.reliability_noise > 0:
+            eps = torch.randn(phi.shape, generator=self.rng).to(phi.device)
+            phi = (phi * (1.0 + self.hparams.reliability_noise * eps)).clamp_min(0.0)
+        return phi
+
+    def _real_graph(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Disjoint union of the clients' graphs: features ``[N, F]``, adjacency, labels ``[N]``."""
+        offsets = torch.cumsum(torch.tensor([0] + [c.num_nodes for c in self.clients]), 0).tolist()
+        edges = torch.cat([c.edge_index + off for c, off in zip(self.clients, offsets)], dim=1)
+        x = torch.cat([c.x for c in self.clients])
+        return x, normalized_adjacency(edges, offsets[-1]), torch.cat([c.y for c in self.clients])
+
+    def participants(self, round_: int) -> list[int]:
+        return self.base.participants(round_)
+
+    def client_update(self, k: int, round_: int) -> Upload | None:
+        upload = self.base.client_update(k, round_)
+        if upload is None or k in self.uploaded:
+            return upload
+        self.uploaded.add(k)
+        return dataclasses.replace(upload, tensors={**upload.tensors, RELIABILITY_KEY: self.reliability[k]})
+
+    def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
+        base_uploads = {}
+        for k, upload in uploads.items():
+            if RELIABILITY_KEY in upload.tensors:
+                self.server_reliability[k] = upload.tensors[RELIABILITY_KEY]
+            tensors = {n: t for n, t in upload.tensors.items() if n != RELIABILITY_KEY}
+            base_uploads[k] = dataclasses.replace(upload, tensors=tensors)
+        self.base.server_update(round_, base_uploads)
+        if self.hparams.distill_epochs == 0 or not base_uploads:
+            return
+        teachers = [self.base.teacher_model(k, u).eval() for k, u in base_uploads.items()]
+        for teacher in teachers:
+            teacher.requires_grad_(False)
+        reliability = torch.stack([self.server_reliability[k] for k in base_uploads])
+        weights = per_node_weights(reliability, self.pseudo_labels)
+        for model in self.base.server_models():
+            self._distill(model, teachers, weights)
+
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        """The server model's distillation Adam, kept across rounds as in the authors' code."""
+        if model not in self.distill_optimizers:
+            self.distill_optimizers[model] = torch.optim.Adam(
+                model.parameters(), lr=self.hparams.lr_distill, weight_decay=self.hparams.weight_decay
+            )
+        return self.distill_optimizers[model]
+
+    def _distill(self, student: nn.Module, teachers: list[nn.Module], weights: Tensor) -> None:
+        """I epochs of I_g generator steps (maximise eq. 11) then I_d student steps (minimise it)."""
+        hp = self.hparams
+        optimizer = self._optimizer(student)
+        labels = self.pseudo_labels
+        for _ in range(hp.distill_epochs):
+            if hp.pseudo_graph == "generated":
+                z = torch.randn(labels.numel(), hp.noise_dim, generator=self.rng).to(labels.device)
+                for _ in range(hp.generator_steps):
+                    self._generator_step(z, student, teachers, weights)
+                with torch.no_grad():
+                    x = self.generator(z, labels)
+                adj = knn_pseudo_graph(x, hp.knn)
+            else:
+                x, adj = self.real_x, self.real_adj
+            with torch.no_grad():
+                teacher_logits = torch.stack([t(x, adj) for t in teachers])
+            student.train()
+            for _ in range(hp.distill_steps):
+                optimizer.zero_grad(set_to_none=True)
+                loss = (weights * divergence(hp.divergence, student(x, adj), teacher_logits)).sum()
+                loss.backward()
+                optimizer.step()
+
+    def _generator_step(self, z: Tensor, student: nn.Module, teachers: list[nn.Module], weights: Tensor) -> None:
+        """One generator update: minimise λ1 L_sem + λ2 L_div - w L_diverg (eq. 8-11)."""
+        hp = self.hparams
+        labels = self.pseudo_labels
+        self.generator.train()
+        student.eval()
+        self.generator_optimizer.zero_grad(set_to_none=True)
+        x = self.generator(z, labels)
+        adj = knn_pseudo_graph(x.detach(), hp.knn)
+        teacher_logits = torch.stack([t(x, adj) for t in teachers])
+        ce = F.cross_entropy(
+            teacher_logits.flatten(0, 1), labels.repeat(len(teachers)), reduction="none"
+        ).view(len(teachers), -1)
+        loss_sem = (weights * ce).sum()
+        loss_diverg = (weights * divergence(hp.divergence, student(x, adj), teacher_logits.detach())).sum()
+        loss = hp.lambda_sem * loss_sem + hp.lambda_div * diversity_loss(hp.diversity, z, x) - hp.weight_diverg * loss_diverg
+        loss.backward()
+        self.generator_optimizer.step()
+        student.zero_grad(set_to_none=True)
+
+    def on_download(self, k: int, round_: int) -> None:
+        self.base.on_download(k, round_)
+
+    def download_bytes(self, k: int) -> int:
+        return self.base.download_bytes(k)
+
+    def eval_model(self, k: int, stage: str) -> nn.Module:
+        return self.base.eval_model(k, stage)
+
+    def server_models(self) -> list[nn.Module]:
+        return self.base.server_models()
+
+    def teacher_model(self, k: int, upload: Upload) -> nn.Module:
+        return self.base.teacher_model(k, upload)

@@ -1,0 +1,141 @@
+"""FedTAD: reliability ϕ, random-walk embeddings, pseudo graph, and its reduction to FedAvg."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.transforms import AddRandomWalkPE
+from torch_geometric.utils import add_self_loops, erdos_renyi_graph, to_dense_adj
+
+from fglrepro.config import ConfigError, EvalConfig
+from fglrepro.fl.clients import ClientData, normalized_adjacency
+from fglrepro.fl.generator import balanced_labels, knn_pseudo_graph
+from fglrepro.fl.loop import run_federation
+from fglrepro.fl.topology import return_probabilities
+from fglrepro.methods.fedtad import RELIABILITY_KEY, class_reliability, per_node_weights
+from test_federated import make_method
+
+
+def path_client() -> ClientData:
+    """Path 0-1-2 plus an isolated node 3; nodes 0, 1 and 3 labelled."""
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    return ClientData(
+        x=x, y=torch.tensor([0, 1, 1, 0]), edge_index=edge_index, adj=normalized_adjacency(edge_index, 4),
+        train_mask=torch.tensor([True, True, False, True]), val_mask=torch.zeros(4, dtype=torch.bool),
+        test_mask=torch.zeros(4, dtype=torch.bool), global_ids=torch.arange(4), num_classes=2,
+    )
+
+
+def test_return_probabilities_match_dense_powers_and_pyg():
+    edge_index = erdos_renyi_graph(40, 0.1)
+    got = return_probabilities(edge_index, 40, walk_length=5, block_size=7)
+    adj = to_dense_adj(edge_index, max_num_nodes=40)[0] + torch.eye(40)
+    transition = adj / adj.sum(dim=0, keepdim=True)
+    power, expected = torch.eye(40), []
+    for _ in range(5):
+        power = power @ transition
+        expected.append(power.diagonal())
+    assert torch.allclose(got, torch.stack(expected, dim=1), atol=1e-6)
+    pyg = AddRandomWalkPE(5)(Data(edge_index=add_self_loops(edge_index)[0], num_nodes=40)).random_walk_pe
+    assert torch.allclose(got, pyg, atol=1e-6)
+
+
+def test_class_reliability_equals_hand_computation():
+    client = path_client()
+    # T = (A + I) D^-1 on the path with self-loops: degrees 2, 3, 2; isolated node: 1.
+    t1 = [1 / 2, 1 / 3, 1 / 2, 1.0]
+    t2 = [1 / 4 + 1 / 6, 1 / 9 + 1 / 6 + 1 / 6, 1 / 6 + 1 / 4, 1.0]
+    h = [torch.tensor([*client.x[i].tolist(), t1[i], t2[i]]) for i in range(4)]
+
+    def cos(i, j):
+        return float(torch.nn.functional.cosine_similarity(h[i], h[j], dim=0))
+
+    node0 = (1 + cos(0, 1)) / 2
+    node1 = (1 + cos(1, 0) + cos(1, 2)) / 3
+    node3 = 1.0  # isolated: only itself
+    got = class_reliability(client, walk_length=2)
+    assert got.tolist() == pytest.approx([node0 + node3, node1], rel=1e-5)
+
+
+def test_reliability_weights_normalise_per_class_over_clients():
+    reliability = torch.tensor([[1.0, 0.0, 3.0], [3.0, 0.0, 1.0]])
+    labels = balanced_labels(7, 3)
+    weights = per_node_weights(reliability, labels)
+    per_class = torch.stack([weights[:, labels == c].sum(dim=1) for c in range(3)], dim=1)
+    assert torch.allclose(per_class, torch.tensor([[0.25, 0.0, 0.75], [0.75, 0.0, 0.25]]))
+
+
+def test_pseudo_graph_is_symmetric_with_self_loops_and_k_nearest_neighbours():
+    x = torch.randn(30, 6, generator=torch.Generator().manual_seed(0))
+    adj = knn_pseudo_graph(x, k=4).to_dense()
+    assert torch.equal(adj > 0, (adj > 0).t())
+    assert bool((adj.diagonal() > 0).all())
+    unit = torch.nn.functional.normalize(x, dim=1)
+    nearest = (unit @ unit.t()).topk(4, dim=1).indices
+    assert bool((adj.gather(1, nearest) > 0).all())
+    assert int((adj > 0).sum(dim=1).min()) >= 4
+
+
+def test_fedtad_without_distillation_equals_fedavg_bit_for_bit(sbm):
+    evaluation = EvalConfig()
+    fedavg = run_federation(make_method(sbm, "fedavg"), 3, evaluation)
+    fedtad = run_federation(make_method(sbm, "fedtad", {"distill_epochs": 0}), 3, evaluation)
+    assert [r["weighted"] for r in fedavg.rounds] == [r["weighted"] for r in fedtad.rounds]
+
+
+def test_fedtad_plugs_in_after_another_method(sbm):
+    evaluation = EvalConfig()
+    fedprox = run_federation(make_method(sbm, "fedprox", {"mu": 0.5}), 2, evaluation)
+    plugged = make_method(sbm, "fedtad", {"distill_epochs": 0, "base": "fedprox", "base_hparams": {"mu": 0.5}})
+    assert [r["weighted"] for r in fedprox.rounds] == [r["weighted"] for r in run_federation(plugged, 2, evaluation).rounds]
+    with pytest.raises(ConfigError, match="'local' has no server-side model"):
+        make_method(sbm, "fedtad", {"base": "local"})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['nu'\].*fedprox"):
+        make_method(sbm, "fedtad", {"base": "fedprox", "base_hparams": {"nu": 1.0}})
+
+
+def test_reliability_is_uploaded_once_per_client(sbm):
+    method = make_method(sbm, "fedtad", {"distill_epochs": 1, "distill_steps": 1})
+    history = run_federation(method, 2, EvalConfig())
+    num_classes = method.clients[0].num_classes
+    first, second = history.rounds[0]["upload_bytes"], history.rounds[1]["upload_bytes"]
+    assert [a - b for a, b in zip(first, second)] == [4 * num_classes] * len(method.clients)
+    assert set(method.server_reliability) == set(range(len(method.clients)))
+
+
+def test_reliability_variants(sbm):
+    labelled = make_method(sbm, "fedtad", {"reliability": "labelled"})
+    client = labelled.clients[0]
+    counts = torch.bincount(client.y[client.train_mask], minlength=client.num_classes).float()
+    assert torch.equal(labelled.reliability[0], counts)
+    equal = make_method(sbm, "fedtad", {"reliability": "equal"})
+    assert all(bool((phi == 1).all()) for phi in equal.reliability)
+    noisy = [make_method(sbm, "fedtad", {"reliability_noise": 0.1}).reliability for _ in range(2)]
+    clean = make_method(sbm, "fedtad").reliability
+    assert all(torch.equal(a, b) for a, b in zip(*noisy))
+    assert not all(torch.equal(a, b) for a, b in zip(noisy[0], clean))
+    assert all(bool((phi >= 0).all()) for phi in noisy[0])
+
+
+def test_distillation_on_the_real_graph_pulls_the_global_model_to_the_teachers(sbm):
+    method = make_method(sbm, "fedtad", {
+        "pseudo_graph": "real", "reliability": "equal", "distill_epochs": 4, "lr_distill": 0.05,
+    })
+    uploads = {k: method.client_update(k, 1) for k in range(len(method.clients))}
+    method.base.server_update(1, {k: u for k, u in uploads.items()})
+
+    def gap():
+        teachers = [method.teacher_model(k, u).eval() for k, u in uploads.items()]
+        with torch.no_grad():
+            method.base.global_model.eval()
+            student = method.base.global_model(method.real_x, method.real_adj)
+            return float(sum((student - t(method.real_x, method.real_adj)).abs().mean() for t in teachers))
+
+    before = gap()
+    method.server_update(1, uploads)
+    assert gap() < before
+    assert math.isfinite(gap())
