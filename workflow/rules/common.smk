@@ -190,8 +190,10 @@ PARTITION_CODE = sorted(
 
 
 def method_source(wildcards):
-    method = STUDIES[wildcards.study]["runs"][wildcards.run]["method"]
-    return PKG / "methods" / f"{METHOD_MODULES[method]}.py"
+    """Module of the run's method, and of the base method a wrapper (FedTAD) runs on."""
+    entry = STUDIES[wildcards.study]["runs"][wildcards.run]
+    methods = [entry["method"], entry.get("hparams", {}).get("base")]
+    return [PKG / "methods" / f"{METHOD_MODULES[m]}.py" for m in methods if m in METHOD_MODULES]
 
 
 # ---- params: every value that changes a result reaches its rule here --------------------
