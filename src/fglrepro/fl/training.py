@@ -14,6 +14,7 @@ from fglrepro.fl.clients import ClientData
 from fglrepro.metrics import accuracy, macro_f1
 
 ExtraLoss = Callable[[nn.Module], Tensor]
+Objective = Callable[[nn.Module, ClientData], Tensor]
 
 
 class Diverged(RuntimeError):
@@ -27,12 +28,20 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
     return torch.optim.SGD(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
 
+def cross_entropy_objective(model: nn.Module, client: ClientData) -> Tensor:
+    """Cross-entropy of one full-batch forward pass on the client's training nodes."""
+    logits = model(client.x, client.adj)
+    return F.cross_entropy(logits[client.train_mask], client.y[client.train_mask])
+
+
 def train_epochs(
     model: nn.Module, optimizer: torch.optim.Optimizer, client: ClientData, epochs: int,
-    extra_loss: ExtraLoss | None = None,
+    extra_loss: ExtraLoss | None = None, objective: Objective = cross_entropy_objective,
 ) -> float:
-    """``epochs`` full-batch steps of cross-entropy on the client's training nodes,
-    plus ``extra_loss(model)`` when given (e.g. a proximal term).
+    """``epochs`` full-batch steps of ``objective(model, client)`` (cross-entropy on the
+    training nodes by default; a method whose loss needs the same forward pass as the
+    cross-entropy passes its own), plus ``extra_loss(model)`` when given (e.g. a
+    proximal term).
 
     Returns the last step's loss; raises :class:`Diverged` if it is not finite.
     """
@@ -40,8 +49,7 @@ def train_epochs(
     value = float("nan")
     for _ in range(epochs):
         optimizer.zero_grad(set_to_none=True)
-        logits = model(client.x, client.adj)
-        loss = F.cross_entropy(logits[client.train_mask], client.y[client.train_mask])
+        loss = objective(model, client)
         if extra_loss is not None:
             loss = loss + extra_loss(model)
         loss.backward()

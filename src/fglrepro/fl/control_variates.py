@@ -1,0 +1,82 @@
+"""Control-variate bookkeeping shared by SCAFFOLD and FedDC.
+
+Each client k keeps a variate ``c_k`` and the server a variate ``c`` (dicts parameter
+name -> tensor shaped like the parameter). During local training the client's gradient
+is corrected by ``c - c_k``; :func:`linear_correction` expresses that as a loss term,
+so the correction passes through whatever optimiser the study uses (Adam included),
+exactly as a gradient added before the optimiser step would.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+#: Prefix of the uploaded variate increments ``Δc_k`` in :attr:`Upload.tensors`.
+CONTROL_PREFIX = "control."
+
+
+def zeros_like_parameters(model: nn.Module) -> dict[str, Tensor]:
+    """A zero tensor for every trainable parameter of ``model``."""
+    return {name: p.detach().new_zeros(p.shape) for name, p in model.named_parameters()}
+
+
+def linear_correction(model: nn.Module, direction: dict[str, Tensor]) -> Tensor:
+    """``sum_p <p - sg(p), direction_p>`` (``sg``: stop-gradient): a scalar whose value is
+    0, so the reported loss stays the task loss, and whose gradient w.r.t. each parameter
+    ``p`` is ``direction_p`` (parameters not named in ``direction`` are left out)."""
+    total = next(model.parameters()).new_zeros(())
+    for name, p in model.named_parameters():
+        if name in direction:
+            total = total + ((p - p.detach()) * direction[name]).sum()
+    return total
+
+
+def pack_upload(params: dict[str, Tensor], control_delta: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Upload payload: model tensors under their names, ``Δc_k`` under :data:`CONTROL_PREFIX`."""
+    return {**params, **{CONTROL_PREFIX + name: t for name, t in control_delta.items()}}
+
+
+def unpack_upload(tensors: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Inverse of :func:`pack_upload`: ``(model tensors, Δc_k)``."""
+    params = {n: t for n, t in tensors.items() if not n.startswith(CONTROL_PREFIX)}
+    delta = {n[len(CONTROL_PREFIX):]: t for n, t in tensors.items() if n.startswith(CONTROL_PREFIX)}
+    return params, delta
+
+
+class ControlVariates:
+    """Server variate ``c`` and client variates ``c_k``, all starting at zero.
+
+    Args:
+        model: the shared architecture (gives parameter names and shapes).
+        num_clients: K.
+    """
+
+    def __init__(self, model: nn.Module, num_clients: int) -> None:
+        self.server = zeros_like_parameters(model)
+        self.clients = [zeros_like_parameters(model) for _ in range(num_clients)]
+
+    def correction(self, k: int) -> dict[str, Tensor]:
+        """``c - c_k``: the direction added to client ``k``'s local gradient."""
+        return {n: self.server[n] - c_k for n, c_k in self.clients[k].items()}
+
+    def update_client(
+        self, k: int, start: dict[str, Tensor], end: dict[str, Tensor], steps: int, lr: float,
+    ) -> dict[str, Tensor]:
+        """SCAFFOLD option II: ``c_k <- c_k - c + (start - end) / (steps * lr)``, with
+        ``start`` the received model and ``end`` the locally trained one.
+
+        Returns the increment ``Δc_k`` (new minus old ``c_k``) that the client uploads.
+        """
+        scale = 1.0 / (steps * lr)
+        delta = {}
+        for n, c_k in self.clients[k].items():
+            new = c_k - self.server[n] + (start[n] - end[n]) * scale
+            delta[n] = new - c_k
+            self.clients[k][n] = new
+        return delta
+
+    def update_server(self, deltas: dict[int, dict[str, Tensor]], shares: dict[int, float]) -> None:
+        """``c <- c + sum_k shares[k] * Δc_k`` over the uploading clients ``k``
+        (SCAFFOLD: ``shares[k] = 1 / K``; FedDC's code: ``n_k / N``)."""
+        for n in self.server:
+            self.server[n] = self.server[n] + sum(shares[k] * d[n] for k, d in deltas.items())
