@@ -25,6 +25,10 @@ METHOD_MODULES: dict[str, str] = {
     "fedsage_plus": "fedsage_plus",
     "fedgta": "fedgta",
     "fedtad": "fedtad",
+    "finetune": "finetune",
+    "opfgl": "opfgl",
+    "dense": "dense",
+    "coboost": "coboost",
 }
 
 _REGISTRY: dict[str, type] = {}

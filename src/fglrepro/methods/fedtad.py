@@ -22,14 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.config import ConfigError, choice, from_dict
+from fglrepro.config import ConfigError, choice
 from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.fl.generator import (
     DIVERSITY_LOSSES, ConditionalGenerator, balanced_labels, diversity_loss, knn_pseudo_graph,
 )
-from fglrepro.fl.method import FederatedMethod, Federation, Upload
+from fglrepro.fl.method import Federation, Upload
 from fglrepro.fl.topology import return_probabilities
-from fglrepro.methods import get_method, register
+from fglrepro.fl.wrapper import MethodWrapper
+from fglrepro.methods import register
 
 #: Name of the reliability vector in a client's first upload.
 RELIABILITY_KEY = "fedtad.reliability"
@@ -85,8 +86,6 @@ class FedTADHparams:
         choice(self.pseudo_graph, ("generated", "real"), "hparams.pseudo_graph")
         choice(self.divergence, ("l1", "kl"), "hparams.divergence")
         choice(self.diversity, DIVERSITY_LOSSES, "hparams.diversity")
-        if self.base == "fedtad":
-            raise ConfigError("hparams.base = 'fedtad' is not valid: FedTAD cannot wrap itself")
 
 
 def class_reliability(client: ClientData, walk_length: int, chunk: int = 1 << 20) -> Tensor:
@@ -143,7 +142,7 @@ def divergence(kind: str, student: Tensor, teachers: Tensor) -> Tensor:
 
 
 @register("fedtad")
-class FedTAD(FederatedMethod):
+class FedTAD(MethodWrapper):
     """FedTAD around a base method (FedAvg by default); see the module docstring."""
 
     label = "FedTAD"
@@ -151,15 +150,11 @@ class FedTAD(FederatedMethod):
 
     def __init__(self, federation: Federation, hparams: FedTADHparams) -> None:
         super().__init__(federation, hparams)
-        base_cls = get_method(hparams.base)
-        base_hparams = from_dict(base_cls.Hparams, hparams.base_hparams, f"hparams.base_hparams of {hparams.base}")
-        self.base = base_cls(federation, base_hparams)
         if not self.base.server_models():
             raise ConfigError(
                 f"hparams.base = {hparams.base!r} has no server-side model for FedTAD to distil into; "
                 "use a method that aggregates models (e.g. fedavg)"
             )
-        self.has_global_model = self.base.has_global_model
         device = federation.clients[0].x.device
         self.rng = torch.Generator().manual_seed(federation.generator.initial_seed() + 1)
         self.reliability = [self._client_reliability(c) for c in self.clients]
@@ -202,9 +197,6 @@ class FedTAD(FederatedMethod):
         edges = torch.cat([c.edge_index + off for c, off in zip(self.clients, offsets)], dim=1)
         x = torch.cat([c.x for c in self.clients])
         return x, normalized_adjacency(edges, offsets[-1]), torch.cat([c.y for c in self.clients])
-
-    def participants(self, round_: int) -> list[int]:
-        return self.base.participants(round_)
 
     def client_update(self, k: int, round_: int) -> Upload | None:
         upload = self.base.client_update(k, round_)
@@ -282,18 +274,3 @@ class FedTAD(FederatedMethod):
         loss.backward()
         self.generator_optimizer.step()
         student.zero_grad(set_to_none=True)
-
-    def on_download(self, k: int, round_: int) -> None:
-        self.base.on_download(k, round_)
-
-    def download_bytes(self, k: int) -> int:
-        return self.base.download_bytes(k)
-
-    def eval_model(self, k: int, stage: str) -> nn.Module:
-        return self.base.eval_model(k, stage)
-
-    def server_models(self) -> list[nn.Module]:
-        return self.base.server_models()
-
-    def teacher_model(self, k: int, upload: Upload) -> nn.Module:
-        return self.base.teacher_model(k, upload)
