@@ -1,5 +1,6 @@
 """Helpers shared by the rules: config + study loading and validation, paths, params."""
 
+import ast
 import json
 import os
 import re
@@ -155,13 +156,24 @@ def study_partition_stats(study):
 
 def study_outputs(study):
     """Final products of one study: partition statistics and label heat maps; with runs,
-    also tables, comparison with the paper and convergence figures."""
+    also tables, comparison with the paper and the figures of ``report.figures``."""
     s = STUDIES[study]
     out = expand(RESULTS + "/tables/{study}.partition_stats.{ext}", study=study, ext=["csv", "md"])
     out.append(RESULTS + f"/figures/{study}_partitions")
     if s["runs"] and config["targets"] == "all":
         out += expand(RESULTS + "/tables/{study}.{ext}", study=study, ext=["md", "tex", "csv"])
-        out.append(RESULTS + f"/figures/{study}_convergence.png")
+        if "heatmap" in s["report"]["figures"]:
+            from fglrepro.config import ConfigError
+            from fglrepro.report.figures import heatmap_coordinates
+
+            axes = s["report"]["heatmap"]
+            try:
+                heatmap_coordinates({run: entry["hparams"] for run, entry in s["runs"].items()},
+                                    axes["x"], axes["y"])
+            except ConfigError as err:
+                raise WorkflowError(f"study {study!r}: {err}") from err
+        out += expand(RESULTS + "/figures/{study}_{kind}.{ext}", study=study, kind=s["report"]["figures"],
+                      ext=["png", "pdf"])
         if s["reported"]:
             out += expand(RESULTS + "/tables/{study}.comparison.{ext}", study=study, ext=["csv", "md"])
     return out
@@ -177,23 +189,52 @@ def dataset_resources(dataset, key):
 
 # ---- code dependencies: editing a module reruns exactly the jobs that use it -------------
 
-TRAIN_CORE = sorted(
-    [PKG / f for f in ("__init__.py", "config.py", "io.py", "models.py", "metrics.py",
-                       "cli/common.py", "cli/train.py", "methods/__init__.py",
-                       "data/prepare.py", "partition/build.py")]
-    + list((PKG / "fl").glob("*.py"))
-)
-PARTITION_CODE = sorted(
-    [PKG / "partition" / f for f in ("__init__.py", "build.py", "partitioners.py", "splits.py")]
-    + [PKG / "cli/partition.py"]
-)
+def _imported_modules(path):
+    """Names of the fglrepro modules that ``path`` imports anywhere (functions included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fglrepro"):
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("fglrepro"))
+    return names
+
+
+def _module_files(name):
+    """Source file of module ``name`` with the ``__init__.py`` of every enclosing package."""
+    parts = name.split(".")[1:]
+    files = [PKG.joinpath(*parts[:i], "__init__.py") for i in range(len(parts) + 1)]
+    source = PKG.joinpath(*parts).with_suffix(".py") if parts else None
+    if source is not None and source.is_file():
+        files.append(source)
+    return [f for f in files if f.is_file()]
+
+
+def source_closure(*paths):
+    """``paths`` and every fglrepro source file they import, transitively (static imports)."""
+    seen, todo = set(), list(paths)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imported_modules(path):
+            todo.extend(_module_files(name))
+    return sorted(seen)
+
+
+TRAIN_CORE = source_closure(PKG / "cli" / "train.py")
+PARTITION_CODE = source_closure(PKG / "cli" / "partition.py")
 
 
 def method_source(wildcards):
-    """Module of the run's method, and of the base method a wrapper (FedTAD) runs on."""
+    """Source files of the run's method (and of the base method a wrapper such as FedTAD
+    runs on) beyond the training core: editing them reruns only the runs that use them."""
     entry = STUDIES[wildcards.study]["runs"][wildcards.run]
     methods = [entry["method"], entry.get("hparams", {}).get("base")]
-    return [PKG / "methods" / f"{METHOD_MODULES[m]}.py" for m in methods if m in METHOD_MODULES]
+    modules = [PKG / "methods" / f"{METHOD_MODULES[m]}.py" for m in methods if m in METHOD_MODULES]
+    return [f for f in source_closure(*modules) if f not in TRAIN_CORE]
 
 
 # ---- params: every value that changes a result reaches its rule here --------------------
@@ -202,6 +243,7 @@ def train_spec(wildcards):
     """JSON spec of one training job (what ``fgl-train --spec`` reads)."""
     study = STUDIES[wildcards.study]
     entry = study["runs"][wildcards.run]
+    entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     spec = {
         "study": wildcards.study, "run": wildcards.run, "method": entry["method"],
         "hparams": entry["hparams"],
@@ -223,6 +265,8 @@ def study_meta(study):
         "rows": [entry["label"] for entry in s["runs"].values()],
         "datasets": s["datasets"], "columns": [[d, k] for d, _, k in study_cells(study)],
         "decimals": s["report"]["decimals"],
+        "hparams": {run: entry["hparams"] for run, entry in s["runs"].items()},
+        "heatmap": s["report"].get("heatmap"),
         "average": s["evaluation"].get("average", "weighted"),
         "partitions": [
             {"dataset": d, "partitioner": partition_spec(s, d)["partitioner"], "clients": k, "seed": seed}

@@ -3,6 +3,8 @@
 These rules read only the aggregate CSVs, so editing them never retrains anything.
 """
 
+from fglrepro.report.figures import FIGURE_INPUTS
+
 
 def paper_csv(key):
     """Input function: the study's reported-values CSV named by ``key`` (in paper_dir), if any."""
@@ -51,21 +53,30 @@ rule comparison:
         " > {log} 2>&1"
 
 
+def figure_data(wildcards):
+    """Input function: the aggregate CSV a figure kind reads (curves or metrics)."""
+    suffix = {"curves": ".curves.csv", "metrics": ".csv"}[FIGURE_INPUTS[wildcards.kind]]
+    return RESULTS + f"/metrics/{wildcards.study}{suffix}"
+
+
 rule figures:
     input:
-        curves=RESULTS + "/metrics/{study}.curves.csv",
+        data=figure_data,
         code=[PKG / "cli/report.py", PKG / "report/figures.py"],
     output:
-        png=report(RESULTS + "/figures/{study}_convergence.png", caption="../report/convergence.rst",
+        png=report(RESULTS + "/figures/{study}_{kind}.png", caption="../report/figures.rst",
                    category="Figures", subcategory="{study}"),
-        pdf=RESULTS + "/figures/{study}_convergence.pdf",
+        pdf=RESULTS + "/figures/{study}_{kind}.pdf",
+    wildcard_constraints:
+        kind=_alternatives(FIGURE_INPUTS),
     params:
         meta=lambda w: study_meta(w.study),
+        source=lambda w: FIGURE_INPUTS[w.kind],
     log:
-        RESULTS + "/logs/figures/{study}.log",
+        RESULTS + "/logs/figures/{study}_{kind}.log",
     shell:
-        "fgl-report figures --meta {params.meta:q} --curves {input.curves}"
-        " --out-prefix {RESULTS}/figures/{wildcards.study}_convergence > {log} 2>&1"
+        "fgl-report figures --kind {wildcards.kind} --meta {params.meta:q} --{params.source} {input.data}"
+        " --out-prefix {RESULTS}/figures/{wildcards.study}_{wildcards.kind} > {log} 2>&1"
 
 
 rule partition_stats:

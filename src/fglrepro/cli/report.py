@@ -3,6 +3,7 @@
     fgl-report tables --meta JSON --metrics m.csv --out-prefix results/tables/<study>
     fgl-report comparison --meta JSON --metrics m.csv --reported paper.csv --out-prefix ...
     fgl-report figures --meta JSON --curves c.csv --out-prefix results/figures/<study>_convergence
+    fgl-report figures --kind bars|heatmap --meta JSON --metrics m.csv --out-prefix results/figures/<study>_<kind>
     fgl-report partition-stats --meta JSON [--reported stats.csv] --out-prefix results/tables/<study>.partition_stats \
         --figure-dir results/figures/<study>_partitions STATS.json...
 """
@@ -19,6 +20,8 @@ log = logging.getLogger("fgl-report")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from fglrepro.report.figures import FIGURE_INPUTS
+
     parser = argparse.ArgumentParser(prog="fgl-report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("tables", "comparison", "figures"):
@@ -26,9 +29,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         cmd.add_argument("--meta", required=True, help="study metadata as JSON")
         cmd.add_argument("--out-prefix", required=True, help="output path without extension")
         if name == "figures":
-            cmd.add_argument("--curves", required=True)
-        else:
-            cmd.add_argument("--metrics", required=True)
+            cmd.add_argument("--kind", default="convergence", choices=sorted(FIGURE_INPUTS),
+                             help="convergence reads --curves; bars and heatmap read --metrics")
+            cmd.add_argument("--curves", help="curves CSV (fgl-aggregate --out-curves)")
+        cmd.add_argument("--metrics", required=name != "figures", help="metrics CSV (fgl-aggregate --out-metrics)")
         if name == "comparison":
             cmd.add_argument("--reported", required=True, help="reported-values CSV (config/paper/)")
     stats = sub.add_parser("partition-stats")
@@ -37,7 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     stats.add_argument("--figure-dir", required=True, help="directory for one label heat map per partition")
     stats.add_argument("--reported", default=None, help="reported partition statistics CSV (config/paper/)")
     stats.add_argument("stats", nargs="+", help="statistics JSONs, in the order of meta['partitions']")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.command == "figures" and getattr(args, FIGURE_INPUTS[args.kind]) is None:
+        parser.error(f"figures --kind {args.kind} needs --{FIGURE_INPUTS[args.kind]}")
+    return args
 
 
 def partition_report(args, meta: dict) -> None:
@@ -83,9 +90,10 @@ def main(argv=None) -> None:
             partition_report(args, meta)
             return
         if args.command == "figures":
-            from fglrepro.report.figures import convergence_figure
+            from fglrepro.report.figures import FIGURE_INPUTS, FIGURES
 
-            fig = convergence_figure(pd.read_csv(args.curves), meta)
+            data = pd.read_csv(getattr(args, FIGURE_INPUTS[args.kind]))
+            fig = FIGURES[args.kind](data, meta)
             for ext in ("png", "pdf"):
                 fig.savefig(f"{prefix}.{ext}", dpi=150)
             return

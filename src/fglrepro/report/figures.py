@@ -1,4 +1,8 @@
-"""Convergence figures from the curves CSV of :mod:`fglrepro.report.collect`."""
+"""Study figures: convergence curves (curves CSV), grouped bars of test accuracy and heat maps of
+test accuracy over a grid of two hyperparameters (metrics CSV); see :mod:`fglrepro.report.collect`.
+
+``meta`` is the study metadata of ``study_meta()`` (workflow/rules/common.smk).
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,47 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from fglrepro.config import ConfigError  # noqa: E402
+
+#: figure kind -> the aggregate CSV it reads ("curves" or "metrics").
+FIGURE_INPUTS = {"convergence": "curves", "bars": "metrics", "heatmap": "metrics"}
+
+
+def _clients_per_dataset(meta: dict) -> dict[str, list[int]]:
+    return {d: [k for dd, k in meta["columns"] if dd == d] for d in meta["datasets"]}
+
+
+def _finish(fig: plt.Figure, meta: dict, legend_axes: plt.Axes | None = None) -> plt.Figure:
+    """Shared legend at the bottom (from ``legend_axes``) and the study title on top."""
+    bottom = 0.0
+    if legend_axes is not None:
+        handles, names = legend_axes.get_legend_handles_labels()
+        ncol = min(len(names), 6) or 1
+        fig.legend(handles, names, loc="lower center", ncol=ncol, frameon=False, fontsize=8)
+        bottom = 0.05 * (1 + (len(names) - 1) // ncol)
+    fig.suptitle(meta.get("title", meta["study"]), fontsize=10)
+    fig.tight_layout(rect=(0, bottom, 1, 0.96))
+    return fig
 
 
 def convergence_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
     """Test accuracy per round: mean over seeds with a ±std band, one line per method,
     one panel per (dataset, clients), a row of panels per dataset."""
     datasets = meta["datasets"]
-    clients = {d: [k for dd, k in meta["columns"] if dd == d] for d in datasets}
+    clients = _clients_per_dataset(meta)
     width = max(len(v) for v in clients.values())
     fig, axes = plt.subplots(len(datasets), width, squeeze=False,
                              figsize=(3.2 * width, 2.6 * len(datasets)), sharex=True)
-    labels = meta["rows"]
     for i, dataset in enumerate(datasets):
         for j in range(len(clients[dataset]), width):
             axes[i][j].set_visible(False)
         for j, k in enumerate(clients[dataset]):
             ax = axes[i][j]
             panel = curves[(curves["dataset"] == dataset) & (curves["clients"] == k)]
-            for label in labels:
+            for label in meta["rows"]:
                 series = panel[panel["label"] == label].groupby("round")["test_acc"]
                 if series.ngroups == 0:
                     continue
@@ -37,8 +63,142 @@ def convergence_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
                 ax.set_xlabel("round")
             if j == 0:
                 ax.set_ylabel("test accuracy (%)")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=max(1, len(names)), frameon=False)
-    fig.suptitle(meta.get("title", meta["study"]), fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
-    return fig
+    return _finish(fig, meta, axes[0][0])
+
+
+def _ok_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    return metrics[metrics["status"] == "ok"] if "status" in metrics.columns else metrics
+
+
+def bars_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
+    """Grouped bars of test accuracy, mean with ±std (ddof=0) error bars over the seeds of ``ok``
+    runs: one panel per dataset, one group per client count, one bar per run label in study order
+    (a label without ``ok`` runs in a group leaves its slot empty)."""
+    ok = _ok_runs(metrics)
+    stats = ok.groupby(["dataset", "clients", "label"])["test_acc"].agg(mean="mean", std=lambda v: v.std(ddof=0))
+    labels = meta["rows"]
+    clients = _clients_per_dataset(meta)
+    datasets = meta["datasets"]
+    width = 0.8 / len(labels)
+    fig, axes = plt.subplots(1, len(datasets), squeeze=False,
+                             figsize=(max(3.2, 0.35 * len(labels) * max(map(len, clients.values())) + 1.2)
+                                      * len(datasets), 3.0))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, dataset in zip(axes[0], datasets):
+        groups = clients[dataset]
+        lowest = []
+        for b, label in enumerate(labels):
+            keys = [(dataset, k, label) for k in groups]
+            mean = np.array([stats["mean"].get(key, np.nan) for key in keys])
+            std = np.array([stats["std"].get(key, np.nan) for key in keys])
+            ax.bar(np.arange(len(groups)) + (b - (len(labels) - 1) / 2) * width, mean, width, yerr=std,
+                   label=label, color=colours[b % len(colours)], capsize=2, error_kw={"linewidth": 0.8})
+            lowest.extend(mean - std)
+        if np.isfinite(lowest).any():
+            # Zoom in like the papers do: ablation bars differ by a few points.
+            ax.set_ylim(bottom=max(0.0, 5 * np.floor((np.nanmin(lowest) - 5) / 5)))
+        ax.set_xticks(np.arange(len(groups)), [f"{k} clients" for k in groups])
+        ax.set_title(dataset, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    axes[0][0].set_ylabel("test accuracy (%)")
+    return _finish(fig, meta, axes[0][0])
+
+
+def heatmap_coordinates(hparams: dict[str, dict], x: str, y: str) -> dict[str, tuple]:
+    """``{run: (value of x, value of y)}`` from each run's hparams; a run lacking ``x`` or ``y``,
+    or two runs on the same grid cell, is a ConfigError."""
+    coordinates, cell_of = {}, {}
+    for run, values in hparams.items():
+        for key in (x, y):
+            if key not in values:
+                raise ConfigError(f"heat map (x: {x}, y: {y}): run {run!r} has no hparam {key!r}; "
+                                  f"its hparams: {sorted(values)}")
+        cell = (values[x], values[y])
+        if cell in cell_of:
+            raise ConfigError(f"heat map: runs {cell_of[cell]!r} and {run!r} both have {x}={cell[0]!r}, "
+                              f"{y}={cell[1]!r}; each grid cell takes one run")
+        coordinates[run] = cell
+        cell_of[cell] = run
+    return coordinates
+
+
+def _axis_values(values) -> list:
+    """Distinct values: ascending when all are numbers, else in study order."""
+    distinct = list(dict.fromkeys(values))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in distinct)
+    return sorted(distinct) if numeric else distinct
+
+
+def heatmap_axes(meta: dict) -> tuple[dict[str, tuple], list, list]:
+    """``(coordinates, x values, y values)`` of the study's heat map grid (see heatmap_coordinates)."""
+    coordinates = heatmap_coordinates(meta["hparams"], meta["heatmap"]["x"], meta["heatmap"]["y"])
+    return (coordinates, _axis_values(c[0] for c in coordinates.values()),
+            _axis_values(c[1] for c in coordinates.values()))
+
+
+def heatmap_grid(metrics: pd.DataFrame, meta: dict, dataset: str, clients: int) -> pd.DataFrame:
+    """Mean test accuracy over the seeds of ``ok`` runs of one (dataset, clients) panel: index =
+    values of hparam ``meta['heatmap']['y']``, columns = values of ``meta['heatmap']['x']``; NaN
+    where no run succeeded."""
+    coordinates, x_values, y_values = heatmap_axes(meta)
+    ok = _ok_runs(metrics)
+    means = ok[(ok["dataset"] == dataset) & (ok["clients"] == clients)].groupby("run")["test_acc"].mean()
+    grid = pd.DataFrame(np.nan, index=pd.Index(y_values, name=meta["heatmap"]["y"]),
+                        columns=pd.Index(x_values, name=meta["heatmap"]["x"]))
+    for run, (x, y) in coordinates.items():
+        grid.loc[y, x] = means.get(run, np.nan)
+    return grid
+
+
+def _tick(value) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def _panel_positions(meta: dict) -> tuple[list[tuple[str, int, int, int]], int, int]:
+    """``([(dataset, clients, row, col)], rows, cols)``: a row of panels per dataset; when every
+    dataset has a single client count, the panels wrap at three per row instead."""
+    clients = _clients_per_dataset(meta)
+    width = max(len(v) for v in clients.values())
+    if width > 1:
+        return ([(d, k, i, j) for i, d in enumerate(meta["datasets"]) for j, k in enumerate(clients[d])],
+                len(meta["datasets"]), width)
+    cols = min(3, len(meta["datasets"]))
+    return ([(d, clients[d][0], i // cols, i % cols) for i, d in enumerate(meta["datasets"])],
+            -(-len(meta["datasets"]) // cols), cols)
+
+
+def heatmap_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
+    """Mean test accuracy over a grid of two run hyperparameters (``meta['heatmap']`` names the x
+    and y hparams, ``meta['hparams']`` holds each run's): one panel per (dataset, clients), each
+    with its own colour scale and every cell annotated with its mean (``meta['decimals']``
+    decimals); cells without a successful run stay blank."""
+    x, y = meta["heatmap"]["x"], meta["heatmap"]["y"]
+    _, x_values, y_values = heatmap_axes(meta)
+    panels, rows, cols = _panel_positions(meta)
+    fig, axes = plt.subplots(rows, cols, squeeze=False,
+                             figsize=(cols * (0.75 * len(x_values) + 2.2), rows * (0.6 * len(y_values) + 1.4)))
+    for ax in axes.flat:
+        ax.set_visible(False)
+    for dataset, k, i, j in panels:
+        ax = axes[i][j]
+        ax.set_visible(True)
+        grid = heatmap_grid(metrics, meta, dataset, k)
+        values = grid.to_numpy(dtype=float)
+        image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", origin="lower", aspect="auto")
+        fig.colorbar(image, ax=ax, label="test accuracy (%)")
+        if np.isfinite(values).any():
+            middle = (np.nanmin(values) + np.nanmax(values)) / 2
+        for (r, c), value in np.ndenumerate(values):
+            if np.isfinite(value):
+                ax.text(c, r, f"{value:.{meta['decimals']}f}", ha="center", va="center", fontsize=8,
+                        color="black" if value >= middle else "white")
+        ax.set_xticks(range(len(x_values)), [_tick(v) for v in x_values])
+        ax.set_yticks(range(len(y_values)), [_tick(v) for v in y_values])
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(f"{dataset}, {k} clients", fontsize=9)
+    return _finish(fig, meta)
+
+
+FIGURES = {"convergence": convergence_figure, "bars": bars_figure, "heatmap": heatmap_figure}

@@ -1,0 +1,148 @@
+"""Study figures from a metrics CSV: grouped accuracy bars and hyperparameter heat maps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import matplotlib.pyplot as plt
+from matplotlib.container import BarContainer
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fglrepro.config import ConfigError
+from fglrepro.report.figures import FIGURE_INPUTS, bars_figure, heatmap_figure, heatmap_grid
+
+LABELS = {"full": "FedTAD", "eq": "FedTAD-eq", "avg": "FedAvg"}
+COLUMNS = [["Cora", 5], ["Cora", 10], ["CiteSeer", 5]]
+SEEDS = [0, 1, 2]
+# Heat map runs: (lambda_sem, lambda_div); the grid cell (1.0, 0.01) has no run.
+GRID = {"s001_d001": (0.001, 0.01), "s01_d001": (0.1, 0.01),
+        "s001_d1": (0.001, 1.0), "s01_d1": (0.1, 1.0), "s1_d1": (1.0, 1.0)}
+
+
+def accuracy(run: str, dataset: str, clients: int, seed: int) -> float:
+    """A distinct, hand-traceable accuracy per run, cell and seed."""
+    return 50.0 + 3 * sorted({**LABELS, **GRID}).index(run) + (dataset == "Cora") * 10 + clients / 5 + seed
+
+
+def metrics_frame(runs, labels) -> pd.DataFrame:
+    rows = [{"study": "s", "run": run, "method": "m", "label": labels[run], "dataset": d, "clients": k,
+             "seed": seed, "status": "ok", "test_acc": accuracy(run, d, k, seed)}
+            for run in runs for d, k in COLUMNS for seed in SEEDS]
+    return pd.DataFrame(rows)
+
+
+def meta_of(labels, hparams=None, heatmap=None) -> dict:
+    return {"study": "s", "paper": "P", "table": "Fig. 4", "title": "synthetic", "labels": labels,
+            "rows": list(labels.values()), "datasets": ["Cora", "CiteSeer"], "columns": COLUMNS,
+            "decimals": 1, "hparams": hparams or {run: {} for run in labels}, "heatmap": heatmap}
+
+
+@pytest.fixture
+def bars_data():
+    metrics = metrics_frame(LABELS, LABELS)
+    failed = metrics.iloc[[0]].assign(seed=7, status="error", test_acc=np.nan)
+    return pd.concat([metrics, failed], ignore_index=True), meta_of(LABELS)
+
+
+def heat_meta(hparams=None) -> dict:
+    hparams = hparams or {run: {"lambda_sem": x, "lambda_div": y, "base": "fedavg"} for run, (x, y) in GRID.items()}
+    return meta_of({run: run for run in hparams}, hparams, {"x": "lambda_sem", "y": "lambda_div"})
+
+
+def test_bars_one_bar_per_label_and_client_count_with_seed_mean_and_std(bars_data):
+    metrics, meta = bars_data
+    fig = bars_figure(metrics, meta)
+    cora, citeseer = fig.axes
+    assert [len(ax.patches) for ax in (cora, citeseer)] == [2 * 3, 1 * 3]
+    assert [t.get_text() for t in cora.get_xticklabels()] == ["5 clients", "10 clients"]
+    # Bars are drawn label by label (study order), each over the client groups.
+    heights = [p.get_height() for p in cora.patches]
+    for b, run in enumerate(LABELS):
+        for g, k in enumerate((5, 10)):
+            seeds = [accuracy(run, "Cora", k, s) for s in SEEDS]
+            assert heights[b * 2 + g] == pytest.approx(np.mean(seeds))
+    first_label = next(c for c in cora.containers if isinstance(c, BarContainer))
+    errorbar = first_label.errorbar.lines[2][0].get_segments()[0]
+    seeds = [accuracy("full", "Cora", 5, s) for s in SEEDS]
+    assert errorbar[1, 1] - errorbar[0, 1] == pytest.approx(2 * np.std(seeds))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["FedTAD", "FedTAD-eq", "FedAvg"]
+    plt.close(fig)
+
+
+def test_heatmap_grid_cells_are_seed_means():
+    meta = heat_meta()
+    metrics = metrics_frame(GRID, meta["labels"])
+    grid = heatmap_grid(metrics, meta, "Cora", 10)
+    assert list(grid.columns) == [0.001, 0.1, 1.0] and list(grid.index) == [0.01, 1.0]
+    for run, (x, y) in GRID.items():
+        assert grid.loc[y, x] == pytest.approx(np.mean([accuracy(run, "Cora", 10, s) for s in SEEDS]))
+    assert np.isnan(grid.loc[0.01, 1.0])
+
+
+def test_heatmap_figure_panels_cells_and_labels():
+    meta = heat_meta()
+    metrics = metrics_frame(GRID, meta["labels"])
+    fig = heatmap_figure(metrics, meta)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in panels] == ["Cora, 5 clients", "Cora, 10 clients", "CiteSeer, 5 clients"]
+    ax = panels[2]
+    assert ax.images[0].get_array().shape == (2, 3)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0.001", "0.1", "1"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0.01", "1"]
+    assert ax.get_xlabel() == "lambda_sem" and ax.get_ylabel() == "lambda_div"
+    expected = np.mean([accuracy("s01_d1", "CiteSeer", 5, s) for s in SEEDS])
+    texts = {(t.get_position(), t.get_text()) for t in ax.texts}
+    assert len(texts) == len(GRID) and ((1, 1), f"{expected:.1f}") in texts
+    plt.close(fig)
+
+
+def test_heatmap_run_without_hparam_is_an_error_naming_run_and_key():
+    hparams = {run: {"lambda_sem": x, "lambda_div": y} for run, (x, y) in GRID.items()}
+    hparams["s1_d1"] = {"lambda_sem": 1.0}
+    meta = heat_meta(hparams)
+    with pytest.raises(ConfigError, match=r"run 's1_d1' has no hparam 'lambda_div'"):
+        heatmap_figure(metrics_frame(GRID, meta["labels"]), meta)
+
+
+def test_heatmap_two_runs_on_one_cell_is_an_error():
+    hparams = {"a": {"lambda_sem": 0.1, "lambda_div": 1}, "b": {"lambda_sem": 0.1, "lambda_div": 1}}
+    with pytest.raises(ConfigError, match="runs 'a' and 'b'"):
+        heatmap_grid(pd.DataFrame(columns=["run", "dataset", "clients", "test_acc"]), heat_meta(hparams), "Cora", 5)
+
+
+def test_schema_figure_kinds_match_the_code(repo):
+    from snakemake.utils import validate
+
+    schema = repo / "workflow" / "schemas" / "study.schema.yaml"
+    report = yaml.safe_load(schema.read_text())["properties"]["report"]
+    assert set(report["properties"]["figures"]["items"]["enum"]) == set(FIGURE_INPUTS)
+    study = {"paper": "P", "table": "T", "datasets": ["Cora"], "clients": [5], "seeds": [0],
+             "partition": {"partitioner": "louvain", "split": {"mode": "global", "train": 0.2, "val": 0.4}}}
+    validate(study, str(schema))
+    assert study["report"]["figures"] == ["convergence"]
+    with pytest.raises(Exception, match="heatmap"):
+        validate({**study, "report": {"figures": ["bars", "heatmap"]}}, str(schema))
+
+
+def report_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fglrepro.cli.report", "figures", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_writes_bars_png_and_pdf_and_reports_a_missing_hparam(tmp_path, bars_data):
+    metrics, meta = bars_data
+    metrics.to_csv(tmp_path / "m.csv", index=False)
+    proc = report_cli("--kind", "bars", "--meta", json.dumps(meta), "--metrics", str(tmp_path / "m.csv"),
+                      "--out-prefix", str(tmp_path / "s_bars"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "s_bars.png").stat().st_size > 0 and (tmp_path / "s_bars.pdf").stat().st_size > 0
+    bad = heat_meta({"full": {"lambda_sem": 0.1}})
+    proc = report_cli("--kind", "heatmap", "--meta", json.dumps(bad), "--metrics", str(tmp_path / "m.csv"),
+                      "--out-prefix", str(tmp_path / "s_heatmap"))
+    assert proc.returncode == 2 and "run 'full' has no hparam 'lambda_div'" in proc.stderr
+    assert not (tmp_path / "s_heatmap.png").exists()
