@@ -1,0 +1,253 @@
+"""FedSage+ (Zhang et al., NeurIPS 2021): federated missing-neighbour generation, then
+FedAvg of the classifier on the mended client graphs (code: zkhku/fedsage, OpenFGL)."""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fglrepro.config import ConfigError
+from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.method import Federation, ParameterAveraging, Upload
+from fglrepro.fl.neighbor_generation import (
+    NeighGen, greedy_feature_loss, impair_graph, mend_graph, mended_client, sample_neighbor_features,
+)
+from fglrepro.fl.training import make_optimizer
+from fglrepro.methods import register
+
+#: What a client's phase-1 upload relays to its peers: generated features ``[n_train, P, F]``
+#: of its training nodes, their predicted and their true missing-neighbour counts ``[n_train]``.
+PEER_PAYLOAD = ("features", "pred_counts", "true_counts")
+
+
+@dataclass(frozen=True)
+class FedSagePlusHparams:
+    """FedSage+ hyperparameters (defaults of the FedTAD authors' OpenFGL ``fedsage_plus``
+    config, which FedTAD's baselines use; equal to zkhku/fedsage ``config.py`` where both set one).
+
+    generator_rounds: the first rounds of ``train.rounds`` train NeighGen; the rest train
+        the classifier (OpenFGL ``gen_rounds`` = 50 of 100 rounds).
+    hidden_portion: fraction of the nodes outside the training and test sets hidden to
+        build the impaired graph (0.5 in both codes).
+    num_pred: most neighbours generated per node (5 in both codes).
+    latent_dim: NeighGen encoding size (128 in both codes).
+    count_weight, feature_weight, class_weight: weights of the dGen smooth-L1, fGen
+        greedy-matching (local and cross-client) and auxiliary classification losses
+        (1, 1, 1 in both codes).
+    """
+
+    generator_rounds: int = 50
+    hidden_portion: float = 0.5
+    num_pred: int = 5
+    latent_dim: int = 128
+    count_weight: float = 1.0
+    feature_weight: float = 1.0
+    class_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.generator_rounds < 0 or self.num_pred < 0 or self.latent_dim < 1:
+            raise ConfigError(
+                f"fedsage_plus needs generator_rounds >= 0, num_pred >= 0, latent_dim >= 1; got "
+                f"{self.generator_rounds}, {self.num_pred}, {self.latent_dim}"
+            )
+        if not 0.0 <= self.hidden_portion < 1.0:
+            raise ConfigError(f"fedsage_plus hidden_portion must be in [0, 1), got {self.hidden_portion}")
+
+
+@contextmanager
+def private_rng(generator: torch.Generator, device: torch.device):
+    """Run the block on torch's global RNG reseeded from ``generator`` and restored after,
+    so NeighGen's noise, dropout and initialisation leave the classifier's draws as in FedAvg."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+@register("fedsage_plus")
+class FedSagePlus(ParameterAveraging):
+    """Two phases on the shared round loop.
+
+    Rounds ``1..generator_rounds`` (phase 1): every client trains its own NeighGen on its
+    impaired graph (``train.local_epochs`` Adam steps of the ``train`` optimiser per
+    round) with loss ``(count_weight * L_d + feature_weight * (L_f + sum_j L_f^j) +
+    class_weight * L_c) / K``: dGen smooth-L1 to the hidden-neighbour counts, greedy
+    feature matching to the hidden neighbours, cross-entropy of an auxiliary local GCN
+    on the impaired graph mended with the generated neighbours, and the cross-client
+    terms ``L_f^j``. ``L_f^j`` matches client k's generated features (for its training
+    nodes) to neighbour features of random nodes of client j, as in the authors' code;
+    instead of reading j's features, k uploads its generated features, j returns the
+    gradient of ``L_f^j`` with respect to them, and k backpropagates it through fGen
+    (gradient sharing as in the paper, but of the generated features, not of fGen's
+    parameters: K uploads instead of K^2 fGen passes). The gradient k applies in round t
+    was computed by the other clients in round t-1 on the features k uploaded in round t-2.
+    fGen runs only on nodes whose generated neighbours can reach a training node's logits.
+
+    After round ``generator_rounds`` every client runs its NeighGen (eval mode) on its
+    whole local graph and attaches the generated neighbours (:func:`mended_client`).
+
+    Later rounds (phase 2): FedAvg of the study's model on the mended graphs, starting
+    from the same initial model as FedAvg, weighted by the original node counts.
+    Evaluation then runs on the mended graphs, as trained (and as OpenFGL evaluates):
+    the generated neighbours are part of each node's input, while the masks select only
+    original nodes. During phase 1 the untrained global model is evaluated.
+    """
+
+    label = "FedSage+"
+    Hparams = FedSagePlusHparams
+
+    def __init__(self, federation: Federation, hparams: FedSagePlusHparams) -> None:
+        super().__init__(federation, hparams)
+        if hparams.generator_rounds >= federation.train.rounds:
+            raise ConfigError(
+                f"fedsage_plus generator_rounds={hparams.generator_rounds} leaves no classifier "
+                f"round of train.rounds={federation.train.rounds}; choose fewer generator rounds"
+            )
+        self.clients = list(federation.clients)
+        self.node_counts = [c.num_nodes for c in self.clients]
+        self.device = self.clients[0].x.device
+        gen = federation.generator
+        self.impaired = [impair_graph(c, hparams.hidden_portion, hparams.num_pred, gen) for c in self.clients]
+        with private_rng(gen, self.device):
+            self.neighgens = [
+                NeighGen(c.x.size(1), _hidden_width(federation.model), hparams.latent_dim, hparams.num_pred,
+                         _dropout(federation.model)).to(self.device)
+                for c in self.clients
+            ]
+        self.aux_classifiers = [copy.deepcopy(federation.model) for _ in self.clients]
+        #: per impaired graph: training nodes, and the nodes whose generated features can
+        #: reach a training node's logits (within ``layers - 1`` hops; fGen runs only there)
+        self.train_nodes = [g.train_mask.nonzero().flatten() for g in self.impaired]
+        self.regions = [
+            _within_hops(g.edge_index, g.train_mask, len(federation.model.convs) - 1) for g in self.impaired
+        ]
+        self.gen_optimizers = [
+            make_optimizer(torch.nn.ModuleList([g, c]), federation.train)
+            for g, c in zip(self.neighgens, self.aux_classifiers)
+        ]
+        #: phase-1 mailboxes: peer_features[k][j] = (features, pred counts, true counts) of
+        #: client j's training nodes; peer_grads[k] = summed gradient for k's features.
+        self.peer_features: list[dict[int, tuple[Tensor, Tensor, Tensor]]] = [{} for _ in self.clients]
+        self.peer_grads: list[Tensor | None] = [None] * len(self.clients)
+        self.received_bytes = [0] * len(self.clients)
+        self.last_round = 0
+        if hparams.generator_rounds == 0:
+            self.mend_all()
+
+    def in_generator_phase(self, round_: int) -> bool:
+        return round_ <= self.hparams.generator_rounds
+
+    def client_update(self, k: int, round_: int) -> Upload:
+        if self.in_generator_phase(round_):
+            return self.generator_update(k)
+        upload = super().client_update(k, round_)
+        upload.weight = float(self.node_counts[k])
+        return upload
+
+    def generator_update(self, k: int) -> Upload:
+        """One phase-1 round of client k: local NeighGen steps, then the upload of its
+        generated features and of the gradients of its cross-client loss for its peers."""
+        hp, graph = self.hparams, self.impaired[k]
+        model, classifier, optimizer = self.neighgens[k], self.aux_classifiers[k], self.gen_optimizers[k]
+        mask, train, region = graph.train_mask, self.train_nodes[k], self.regions[k]
+        in_train = torch.searchsorted(region, train)
+        loss_value = float("nan")
+        with private_rng(self.federation.generator, self.device):
+            model.train()
+            classifier.train()
+            for _ in range(self.federation.train.local_epochs):
+                optimizer.zero_grad(set_to_none=True)
+                count, region_feat = model(graph.x, graph.adj, region)
+                feat = region_feat.new_zeros(graph.x.size(0), *region_feat.shape[1:])
+                feat = feat.index_copy(0, region, region_feat)
+                x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), feat)
+                logits = classifier(x, normalized_adjacency(edges, x.size(0)))[: graph.x.size(0)]
+                train_feat = region_feat[in_train]
+                loss = (
+                    hp.count_weight * F.smooth_l1_loss(count[mask], graph.missing_count[mask].float())
+                    + hp.feature_weight * greedy_feature_loss(
+                        train_feat, graph.missing_feat[mask], count[mask], graph.missing_count[mask])
+                    + hp.class_weight * F.cross_entropy(logits[mask], graph.y[mask])
+                )
+                if self.peer_grads[k] is not None:
+                    loss = loss + hp.feature_weight * (train_feat * self.peer_grads[k]).sum()
+                loss = loss / len(self.clients)
+                loss.backward()
+                optimizer.step()
+                loss_value = loss.item()
+            optimizer.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                count, train_feat = model(graph.x, graph.adj, train)
+        tensors = dict(zip(PEER_PAYLOAD, (train_feat, count[mask].long(), graph.missing_count[mask])))
+        for j, (peer_feat, peer_count, peer_true) in self.peer_features[k].items():
+            grad = self.cross_client_gradient(k, peer_feat, peer_count, peer_true)
+            if grad is not None:
+                tensors[f"grad_for_{j}"] = grad
+        return Upload(tensors=tensors, weight=float(self.node_counts[k]), loss=loss_value)
+
+    def cross_client_gradient(self, k: int, feat: Tensor, pred_count: Tensor, true_count: Tensor) -> Tensor | None:
+        """Gradient ``[n_j, P, F]`` of a peer's cross-client loss on client k's graph with
+        respect to the peer's generated features ``feat``; None if k has no edge."""
+        targets = sample_neighbor_features(self.clients[k], feat.size(0), self.hparams.num_pred,
+                                           self.federation.generator)
+        if targets is None:
+            return None
+        feat = feat.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(greedy_feature_loss(feat, targets, pred_count, true_count), feat)
+        return grad
+
+    def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
+        self.last_round = round_
+        if not self.in_generator_phase(round_):
+            super().server_update(round_, uploads)
+            return
+        for k in uploads:
+            self.peer_features[k] = {
+                j: tuple(u.tensors[name] for name in PEER_PAYLOAD)
+                for j, u in uploads.items() if j != k
+            }
+            grads = [u.tensors[f"grad_for_{k}"] for u in uploads.values() if f"grad_for_{k}" in u.tensors]
+            self.peer_grads[k] = torch.stack(grads).sum(0) if grads else None
+            relayed = [u.tensors[name] for j, u in uploads.items() if j != k for name in PEER_PAYLOAD]
+            summed = [self.peer_grads[k]] if grads else []
+            self.received_bytes[k] = sum(t.numel() * t.element_size() for t in relayed + summed)
+        if round_ == self.hparams.generator_rounds:
+            self.mend_all()
+
+    def download_bytes(self, k: int) -> int:
+        if self.in_generator_phase(self.last_round):
+            return self.received_bytes[k]
+        return super().download_bytes(k)
+
+    @torch.no_grad()
+    def mend_all(self) -> None:
+        """Replace every client's graph by its NeighGen-mended version (in place in
+        ``self.clients``, the list the round loop evaluates on)."""
+        for k, client in enumerate(self.clients):
+            model = self.neighgens[k]
+            model.eval()
+            with private_rng(self.federation.generator, self.device):
+                count, feat = model(client.x, client.adj)
+            self.clients[k] = mended_client(client, count.long(), feat)
+
+
+def _within_hops(edge_index: Tensor, seeds: Tensor, hops: int) -> Tensor:
+    """Ascending ids of the nodes within ``hops`` hops of the ``seeds`` mask ``[n]``."""
+    reached = seeds.clone()
+    for _ in range(hops):
+        reached[edge_index[1, reached[edge_index[0]]]] = True
+    return reached.nonzero().flatten()
+
+
+def _hidden_width(model: torch.nn.Module) -> int:
+    """Hidden width of the study's GCN (NeighGen's encoder uses the same)."""
+    return model.convs[0].out_channels
+
+
+def _dropout(model: torch.nn.Module) -> float:
+    return float(getattr(model, "dropout", 0.5))

@@ -1,0 +1,159 @@
+"""Properties of the missing-neighbour generation pieces and of the FedSage+ method."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, from_dict
+from fglrepro.fl.clients import build_clients
+from fglrepro.fl.loop import run_federation
+from fglrepro.fl.method import Federation
+from fglrepro.fl.neighbor_generation import greedy_feature_loss, impair_graph, mend_graph, mended_client
+from fglrepro.methods import get_method
+from fglrepro.models import build_model
+from fglrepro.partition.build import PartitionSpec, build_partition
+
+EVAL = EvalConfig(model="global", average="weighted")
+
+
+def make_method(data, name, hparams=None, rounds=3, seed=0):
+    """``name`` on a 3-client Metis partition of ``data`` (as tests/test_federated.py)."""
+    torch.manual_seed(seed)
+    part = build_partition(data, PartitionSpec("metis", "stratified", 0.4, 0.3), 3, seed=seed)
+    clients = build_clients(data, part, torch.device("cpu"))
+    net = build_model(ModelConfig(hidden=16), data.num_features, data.num_classes)
+    cls = get_method(name)
+    fed = Federation(clients=clients, model=net, train=TrainConfig(rounds=rounds, local_epochs=2, lr=0.05),
+                     generator=torch.Generator().manual_seed(seed))
+    return cls(fed, from_dict(cls.Hparams, hparams, name))
+
+
+def edge_set(edge_index):
+    return set(map(tuple, edge_index.t().tolist()))
+
+
+def test_impaired_graph_hides_the_requested_fraction_and_every_touching_edge(sbm):
+    client = make_method(sbm, "fedavg").clients[0]
+    impaired = impair_graph(client, 0.5, 3, torch.Generator().manual_seed(1))
+    candidates = (~client.train_mask & ~client.test_mask).nonzero().flatten()
+    assert impaired.hidden.numel() == int(0.5 * candidates.numel()) > 0
+    assert set(impaired.hidden.tolist()) <= set(candidates.tolist())
+    assert sorted(impaired.kept.tolist() + impaired.hidden.tolist()) == list(range(client.num_nodes))
+    # the impaired edges are exactly the original edges between kept nodes, re-indexed
+    kept = impaired.kept
+    expected = {(a, b) for a, b in edge_set(client.edge_index)
+                if a not in set(impaired.hidden.tolist()) and b not in set(impaired.hidden.tolist())}
+    assert {(int(kept[a]), int(kept[b])) for a, b in edge_set(impaired.edge_index)} == expected
+    # every kept node knows how many neighbours it lost and their features
+    hidden = set(impaired.hidden.tolist())
+    for i, node in enumerate(kept.tolist()):
+        lost = sorted(b for a, b in edge_set(client.edge_index) if a == node and b in hidden)
+        assert int(impaired.missing_count[i]) == len(lost)
+        for slot in range(3):
+            want = client.x[lost[slot]] if slot < len(lost) else torch.zeros(client.x.size(1))
+            assert torch.equal(impaired.missing_feat[i, slot], want)
+
+
+def test_mended_graph_keeps_the_original_and_adds_the_predicted_neighbours(sbm):
+    client = make_method(sbm, "fedavg").clients[0]
+    n, num_pred = client.num_nodes, 3
+    count = torch.arange(n) % 5  # 0..4, so counts above num_pred are capped
+    feat = torch.randn(n, num_pred, client.x.size(1), generator=torch.Generator().manual_seed(0))
+    mended = mended_client(client, count, feat)
+    capped = count.clamp(max=num_pred)
+    assert mended.num_nodes == n + int(capped.sum())
+    assert torch.equal(mended.x[:n], client.x)
+    assert edge_set(client.edge_index) <= edge_set(mended.edge_index)
+    new_edges = edge_set(mended.edge_index) - edge_set(client.edge_index)
+    owners = {}
+    for a, b in new_edges:
+        assert (b, a) in new_edges and (a >= n) != (b >= n)
+        if a >= n:
+            assert a not in owners  # each generated node has exactly one edge
+            owners[a] = b
+    assert sorted(owners) == list(range(n, mended.num_nodes))
+    assert torch.equal(torch.bincount(torch.tensor(list(owners.values())), minlength=n), capped)
+    for new, owner in owners.items():
+        assert any(torch.equal(mended.x[new], feat[owner, slot]) for slot in range(int(capped[owner])))
+
+
+def test_evaluation_masks_only_select_original_nodes(sbm):
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 1, "num_pred": 2}, rounds=2)
+    for g in method.neighgens:  # dGen predicts about 3 missing neighbours everywhere
+        torch.nn.init.constant_(g.dgen.bias, 3.0)
+    sizes = [c.num_nodes for c in method.clients]
+    history = run_federation(method, 2, EVAL)
+    assert any(c.num_nodes > n for c, n in zip(method.clients, sizes))  # something was generated
+    for c, n in zip(method.clients, sizes):
+        for mask in (c.train_mask, c.val_mask, c.test_mask):
+            assert not mask[n:].any()
+        assert (c.y[n:] == -1).all()
+    assert len(history.rounds) == 2
+
+
+def test_greedy_loss_matches_a_hand_computed_value():
+    pred = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[2.0, 2.0], [5.0, 5.0]]])
+    true = torch.tensor([[[1.0, 2.0], [3.0, 0.0]], [[0.0, 0.0], [9.0, 9.0]]])
+    # node 0: one predicted slot, two true neighbours -> min(mse(1,0 vs 1,2)=2, mse(vs 3,0)=2) = 2
+    # node 1: two predicted slots, one true neighbour (0,0) -> 4 + 25 ; the (9,9) row is ignored
+    loss = greedy_feature_loss(pred, true, torch.tensor([1.7, 2.0]), torch.tensor([2, 1]))
+    assert loss.item() == pytest.approx((2 + 4 + 25) / 4)
+
+
+@pytest.mark.parametrize("zeroing", ["num_pred", "dgen"])
+def test_phase_two_without_generated_neighbours_equals_fedavg_bit_for_bit(sbm, zeroing):
+    rounds, gen_rounds = 3, 2
+    hparams = {"generator_rounds": gen_rounds, "num_pred": 0 if zeroing == "num_pred" else 3}
+    sage = make_method(sbm, "fedsage_plus", hparams, rounds=rounds + gen_rounds)
+    if zeroing == "dgen":
+        for g in sage.neighgens:  # dGen = ReLU(w.z + b) = 0 for every node
+            torch.nn.init.zeros_(g.dgen.weight)
+            torch.nn.init.constant_(g.dgen.bias, -1.0)
+    sizes = [c.num_nodes for c in sage.clients]
+    ours = run_federation(sage, rounds + gen_rounds, EVAL).rounds[gen_rounds:]
+    assert [c.num_nodes for c in sage.clients] == sizes
+    avg = run_federation(make_method(sbm, "fedavg", rounds=rounds), rounds, EVAL).rounds
+    for key in ("weighted", "train_loss", "upload_bytes", "download_bytes", "clients"):
+        assert [r[key] for r in ours] == [r[key] for r in avg]
+
+
+def test_generator_rounds_communicate_features_and_gradients(sbm):
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 3, "num_pred": 2}, rounds=4)
+    before = [{n: p.detach().clone() for n, p in g.fgen.named_parameters()} for g in method.neighgens]
+    history = run_federation(method, 4, EVAL)
+    up = [r["upload_bytes"] for r in history.rounds]
+    # round 1: own features only; from round 2: plus gradients for the two peers
+    assert all(b > 0 for b in up[0]) and all(b2 > b1 for b1, b2 in zip(up[0], up[1]))
+    assert all(b > 0 for r in history.rounds[:3] for b in r["download_bytes"])
+    # from round 2 each client receives its peers' uploaded payload and one summed gradient
+    grad_bytes = [int(g.train_mask.sum()) * 2 * sbm.num_features * 4 for g in method.impaired]
+    assert history.rounds[1]["download_bytes"] == [sum(up[0]) - o + g for o, g in zip(up[0], grad_bytes)]
+    model_bytes = sum(p.numel() * 4 for p in method.global_model.parameters())
+    assert history.rounds[3]["upload_bytes"] == [model_bytes] * 3
+    assert method.peer_grads[0] is not None
+    assert all(not torch.equal(before[k]["5.weight"], g.fgen[5].weight) for k, g in enumerate(method.neighgens))
+
+
+def test_cross_client_gradient_pulls_features_towards_peer_neighbours(sbm):
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 1, "num_pred": 2}, rounds=2)
+    feat = torch.zeros(4, 2, sbm.num_features, requires_grad=False)
+    grad = method.cross_client_gradient(1, feat, torch.full((4,), 2), torch.full((4,), 2))
+    # features of the peer's nodes are mostly positive (+2 on the block coordinate): the
+    # gradient at zero points away from them, so a descent step moves towards them
+    assert grad.shape == feat.shape and grad.sum() < 0
+
+
+def test_mend_graph_is_differentiable_in_the_generated_features():
+    x = torch.zeros(2, 3)
+    feat = torch.ones(2, 2, 3, requires_grad=True)
+    new_x, edges = mend_graph(x, torch.tensor([[0, 1], [1, 0]]), torch.tensor([1, 0]), feat)
+    new_x.sum().backward()
+    assert edges.size(1) == 4 and torch.equal(feat.grad[:, :, 0], torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+
+
+def test_invalid_schedule_is_a_config_error(sbm):
+    with pytest.raises(ConfigError, match="generator_rounds=3.*train.rounds=3"):
+        make_method(sbm, "fedsage_plus", {"generator_rounds": 3}, rounds=3)
+    with pytest.raises(ConfigError, match="hidden_portion"):
+        make_method(sbm, "fedsage_plus", {"hidden_portion": 1.0})
