@@ -139,3 +139,19 @@ def test_distillation_on_the_real_graph_pulls_the_global_model_to_the_teachers(s
     method.server_update(1, uploads)
     assert gap() < before
     assert math.isfinite(gap())
+
+
+def test_fedtad_after_fedsage_plus_waits_for_the_classifier_and_sees_the_mended_graphs(sbm):
+    method = make_method(sbm, "fedtad", {
+        "base": "fedsage_plus", "base_hparams": {"generator_rounds": 1, "num_pred": 2}, "distill_epochs": 1,
+    })
+    assert method.clients is method.base.clients
+    uploads = {k: method.client_update(k, 1) for k in range(len(method.clients))}
+    method.server_update(1, uploads)
+    assert method.server_models() == []
+    assert all(a is not b for a, b in zip(method.clients, method.federation.clients))  # mended
+    before = [p.detach().clone() for p in method.base.global_model.parameters()]
+    uploads = {k: method.client_update(k, 2) for k in range(len(method.clients))}
+    method.server_update(2, uploads)
+    assert method.server_models() == [method.base.global_model]
+    assert any(not torch.equal(a, b) for a, b in zip(before, method.base.global_model.parameters()))

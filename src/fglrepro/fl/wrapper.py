@@ -23,6 +23,7 @@ class MethodWrapper(FederatedMethod):
         base_cls = get_method(hparams.base)
         base_hparams = from_dict(base_cls.Hparams, hparams.base_hparams, f"hparams.base_hparams of {hparams.base}")
         self.base = base_cls(federation, base_hparams)
+        self.clients = self.base.clients  # the graphs the loop evaluates on (FedSage+ mends them)
         self.has_global_model = self.base.has_global_model
 
     def participants(self, round_: int) -> list[int]:

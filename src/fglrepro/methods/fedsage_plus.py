@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import normalized_adjacency
@@ -218,6 +218,10 @@ class FedSagePlus(ParameterAveraging):
             self.received_bytes[k] = sum(t.numel() * t.element_size() for t in relayed + summed)
         if round_ == self.hparams.generator_rounds:
             self.mend_all()
+
+    def server_models(self) -> list[nn.Module]:
+        """No classifier is sent to clients while NeighGen trains (phase 1)."""
+        return [] if self.in_generator_phase(self.last_round) else [self.global_model]
 
     def download_bytes(self, k: int) -> int:
         if self.in_generator_phase(self.last_round):

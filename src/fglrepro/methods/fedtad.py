@@ -27,7 +27,7 @@ from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.fl.generator import (
     DIVERSITY_LOSSES, ConditionalGenerator, balanced_labels, diversity_loss, knn_pseudo_graph,
 )
-from fglrepro.fl.method import Federation, Upload
+from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.topology import return_probabilities
 from fglrepro.fl.wrapper import MethodWrapper
 from fglrepro.methods import register
@@ -150,22 +150,22 @@ class FedTAD(MethodWrapper):
 
     def __init__(self, federation: Federation, hparams: FedTADHparams) -> None:
         super().__init__(federation, hparams)
-        if not self.base.server_models():
+        if type(self.base).server_models is FederatedMethod.server_models:
             raise ConfigError(
                 f"hparams.base = {hparams.base!r} has no server-side model for FedTAD to distil into; "
                 "use a method that aggregates models (e.g. fedavg)"
             )
         device = federation.clients[0].x.device
         self.rng = torch.Generator().manual_seed(federation.generator.initial_seed() + 1)
-        self.reliability = [self._client_reliability(c) for c in self.clients]
+        self.reliability = [self._client_reliability(c) for c in federation.clients]
         self.uploaded: set[int] = set()
         self.server_reliability: dict[int, Tensor] = {}
-        num_classes = self.clients[0].num_classes
+        num_classes = federation.clients[0].num_classes
         if hparams.pseudo_graph == "generated":
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(torch.randint(2**31, (1,), generator=self.rng)))
                 self.generator = ConditionalGenerator(
-                    num_classes, self.clients[0].x.size(1), hparams.noise_dim
+                    num_classes, federation.clients[0].x.size(1), hparams.noise_dim
                 ).to(device)
             self.generator_optimizer = torch.optim.Adam(
                 self.generator.parameters(), lr=hparams.lr_generator, weight_decay=hparams.weight_decay
@@ -193,10 +193,10 @@ class FedTAD(MethodWrapper):
 
     def _real_graph(self) -> tuple[Tensor, Tensor, Tensor]:
         """Disjoint union of the clients' graphs: features ``[N, F]``, adjacency, labels ``[N]``."""
-        offsets = torch.cumsum(torch.tensor([0] + [c.num_nodes for c in self.clients]), 0).tolist()
-        edges = torch.cat([c.edge_index + off for c, off in zip(self.clients, offsets)], dim=1)
-        x = torch.cat([c.x for c in self.clients])
-        return x, normalized_adjacency(edges, offsets[-1]), torch.cat([c.y for c in self.clients])
+        offsets = torch.cumsum(torch.tensor([0] + [c.num_nodes for c in self.federation.clients]), 0).tolist()
+        edges = torch.cat([c.edge_index + off for c, off in zip(self.federation.clients, offsets)], dim=1)
+        x = torch.cat([c.x for c in self.federation.clients])
+        return x, normalized_adjacency(edges, offsets[-1]), torch.cat([c.y for c in self.federation.clients])
 
     def client_update(self, k: int, round_: int) -> Upload | None:
         upload = self.base.client_update(k, round_)
