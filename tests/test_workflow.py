@@ -205,3 +205,19 @@ def test_every_study_validates_and_lists_its_partition_jobs(repo, tmp_path, name
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
     assert int(counts["partition"]) == expected
     assert int(counts["partition_stats"]) == 1
+
+
+def test_skip_runs_leaves_rows_out_of_a_study(repo, tmp_path):
+    """``skip_runs`` drops those rows' training jobs and nothing else."""
+    def train_jobs(*extra):
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
+             "--configfile", str(repo / "config" / "config.yaml"), "--dry-run", "--quiet", "rules",
+             "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]",
+             f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}", *extra],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return int(dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))["train"])
+
+    assert train_jobs() - train_jobs("skip_runs=[fedsage_plus,fedtad_noise]") == 2 * 3 * 3

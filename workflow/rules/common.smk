@@ -64,6 +64,7 @@ def load_study(name):
         raise WorkflowError(f"study {name!r} not found at {path}; available studies: {available}")
     study = yaml.safe_load(path.read_text())
     validate(study, "../schemas/study.schema.yaml")
+    study["runs"] = {run: entry for run, entry in study["runs"].items() if run not in config["skip_runs"]}
     if config["only_datasets"] != "all":
         study["datasets"] = [d for d in study["datasets"] if d in config["only_datasets"]]
         if not study["datasets"]:
