@@ -27,8 +27,6 @@ METHOD_MODULES: dict[str, str] = {
     "fedtad": "fedtad",
     "finetune": "finetune",
     "opfgl": "opfgl",
-    "dense": "dense",
-    "coboost": "coboost",
 }
 
 _REGISTRY: dict[str, type] = {}
