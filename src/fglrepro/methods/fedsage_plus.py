@@ -127,7 +127,7 @@ class FedSagePlus(ParameterAveraging):
             _within_hops(g.edge_index, g.train_mask, len(federation.model.convs) - 1) for g in self.impaired
         ]
         self.gen_optimizers = [
-            make_optimizer(torch.nn.ModuleList([g, c]), federation.train)
+            make_optimizer(torch.nn.ModuleList([g, c]), federation.train, fused=True)
             for g, c in zip(self.neighgens, self.aux_classifiers)
         ]
         #: phase-1 mailboxes: peer_features[k][j] = (features, pred counts, true counts) of
