@@ -27,9 +27,13 @@ def make_method(data, name, hparams=None, rounds=3, epochs=2, seed=0, model=None
     part = build_partition(data, SPEC, 3, seed=seed)
     clients = build_clients(data, part, torch.device("cpu"))
     train = TrainConfig(rounds=rounds, local_epochs=epochs, lr=0.05)
-    net = build_model(model or ModelConfig(hidden=16), data.num_features, data.num_classes)
+    config = model or ModelConfig(hidden=16)
+    net = build_model(config, data.num_features, data.num_classes)
+    zoo = [build_model(config.for_client(k), data.num_features, data.num_classes)
+           for k in range(len(clients))] if config.clients else None
     cls = get_method(name)
-    fed = Federation(clients=clients, model=net, train=train, generator=torch.Generator().manual_seed(seed))
+    fed = Federation(clients=clients, model=net, train=train, generator=torch.Generator().manual_seed(seed),
+                     client_models=zoo)
     return cls(fed, from_dict(cls.Hparams, hparams, name))
 
 

@@ -74,6 +74,17 @@ def test_bars_one_bar_per_label_and_client_count_with_seed_mean_and_std(bars_dat
     plt.close(fig)
 
 
+def test_bars_add_a_macro_f1_row_when_the_metrics_have_it(bars_data):
+    metrics, meta = bars_data
+    metrics = metrics.assign(test_f1_macro=metrics["test_acc"] / 2)
+    fig = bars_figure(metrics, meta)
+    cora_acc, _, cora_f1, _ = fig.axes
+    assert cora_f1.get_ylabel() == "test macro-F1 (%)" and cora_acc.get_ylabel() == "test accuracy (%)"
+    halves = [p.get_height() / 2 for p in cora_acc.patches]
+    assert [p.get_height() for p in cora_f1.patches] == pytest.approx(halves)
+    plt.close(fig)
+
+
 def test_heatmap_grid_cells_are_seed_means():
     meta = heat_meta()
     metrics = metrics_frame(GRID, meta["labels"])

@@ -62,13 +62,33 @@ def choice(value: str, valid: tuple[str, ...], key: str) -> str:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Backbone architecture shared by all clients (unless a method says otherwise)."""
+    """Backbone architecture of every client, or with ``clients`` a heterogeneous zoo.
+
+    hops, alpha: propagation steps K and teleport/self weight of the decoupled models
+        (``sgc``, ``ssgc``, ``appnp``); ``None`` takes the architecture's default.
+    clients: per-client overrides of the other keys; client k uses ``clients[k % len]``
+        (O-pFGL Tables 11-12). Empty: every client uses this block.
+    """
 
     arch: str = "gcn"
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.5
     readout: bool = False
+    hops: int | None = None
+    alpha: float | None = None
+    clients: list = dataclasses.field(default_factory=list)
+
+    def for_client(self, k: int) -> "ModelConfig":
+        """The configuration of client ``k``'s model."""
+        if not self.clients:
+            return self
+        override = self.clients[k % len(self.clients)]
+        if not isinstance(override, Mapping) or "clients" in override:
+            raise ConfigError(f"model.clients[{k % len(self.clients)}] must be a mapping of model keys "
+                              f"other than 'clients', got {override!r}")
+        base = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
+        return from_dict(ModelConfig, {**base, **override}, f"model.clients[{k % len(self.clients)}]")
 
 
 @dataclass(frozen=True)

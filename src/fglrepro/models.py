@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn import APPNP as APPNPPropagation
 from torch_geometric.nn import GCNConv
 
 from fglrepro.config import ConfigError, ModelConfig
@@ -63,14 +64,87 @@ class GCN(nn.Module):
         return (hidden, x) if return_hidden else x
 
 
-MODELS: dict[str, type[nn.Module]] = {"gcn": GCN}
+def propagate(x: Tensor, adj: Tensor, hops: int) -> list[Tensor]:
+    """``[Â x, Â² x, ..., Â^hops x]`` for the normalised sparse ``adj [n, n]``, ``x [n, F]``."""
+    out = []
+    for _ in range(hops):
+        x = adj @ x
+        out.append(x)
+    return out
+
+
+class SGC(nn.Module):
+    """SGC (Wu et al., ICML 2019): ``logits = Â^K x W`` (a linear model on K-hop features).
+
+    ``hidden``, ``layers`` and ``dropout`` are accepted for a uniform constructor and unused.
+    """
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 2, **_unused) -> None:
+        super().__init__()
+        self.hops = hops
+        self.linear = nn.Linear(in_channels, out_channels)
+
+    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]`` -> logits ``[n, C]`` (and the propagated features ``[n, F]``)."""
+        hidden = propagate(x, adj, self.hops)[-1] if self.hops > 0 else x
+        logits = self.linear(hidden)
+        return (hidden, logits) if return_hidden else logits
+
+
+class SSGC(nn.Module):
+    """S²GC (Zhu & Koniusz, ICLR 2021): ``logits = (α x + (1-α)/K Σ_{k=1..K} Â^k x) W``
+    (the definition of PyG's ``SSGConv``; paper defaults K = 16, α = 0.05)."""
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 16,
+                 alpha: float = 0.05, **_unused) -> None:
+        super().__init__()
+        self.hops, self.alpha = hops, alpha
+        self.linear = nn.Linear(in_channels, out_channels)
+
+    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]`` -> logits ``[n, C]`` (and the smoothed features ``[n, F]``)."""
+        hidden = self.alpha * x
+        if self.hops > 0:
+            hidden = hidden + (1 - self.alpha) * sum(propagate(x, adj, self.hops)) / self.hops
+        logits = self.linear(hidden)
+        return (hidden, logits) if return_hidden else logits
+
+
+class APPNPNet(nn.Module):
+    """APPNP (Gasteiger et al., ICLR 2019): a 2-layer MLP ``F -> hidden -> C`` then K steps
+    of personalised-PageRank propagation ``z <- (1-α) Â z + α h`` (PyG's ``APPNP`` layer on
+    the already normalised ``adj``; paper defaults K = 10, α = 0.1)."""
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 10,
+                 alpha: float = 0.1, dropout: float = 0.5, **_unused) -> None:
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(in_channels, hidden), nn.Linear(hidden, out_channels)
+        self.propagation = APPNPPropagation(K=hops, alpha=alpha, normalize=False)
+        self.dropout = dropout
+
+    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]`` -> logits ``[n, C]`` (and the MLP's hidden layer ``[n, hidden]``)."""
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        hidden = F.dropout(F.relu(self.lin1(x)), p=self.dropout, training=self.training)
+        logits = self.propagation(self.lin2(hidden), adj)
+        return (hidden, logits) if return_hidden else logits
+
+
+MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sgc": SGC, "ssgc": SSGC, "appnp": APPNPNet}
 
 
 def build_model(config: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
-    """Instantiate the architecture named by ``config.arch``."""
+    """Instantiate the architecture named by ``config.arch`` (decoupled models take
+    ``hops``/``alpha`` when set, else their own defaults)."""
     if config.arch not in MODELS:
         raise ConfigError(f"unknown model.arch {config.arch!r}; valid architectures: {sorted(MODELS)}")
-    return MODELS[config.arch](
-        in_channels, config.hidden, num_classes, layers=config.layers,
-        dropout=config.dropout, readout=config.readout,
-    )
+    if config.arch == "gcn":
+        if config.hops is not None or config.alpha is not None:
+            raise ConfigError("model.hops and model.alpha apply to 'sgc', 'ssgc' and 'appnp', not 'gcn'; "
+                              "use model.layers for the depth of a GCN")
+        return GCN(in_channels, config.hidden, num_classes, layers=config.layers,
+                   dropout=config.dropout, readout=config.readout)
+    extra = {key: value for key, value in (("hops", config.hops), ("alpha", config.alpha)) if value is not None}
+    if config.arch == "sgc" and "alpha" in extra:
+        raise ConfigError("model.alpha is not a parameter of model.arch 'sgc'; remove it")
+    return MODELS[config.arch](in_channels, config.hidden, num_classes, dropout=config.dropout, **extra)

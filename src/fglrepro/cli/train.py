@@ -130,8 +130,12 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     partition = Partition.load(partition_path)
     clients = build_clients(data, partition, device)
     model = build_model(model_cfg, data.num_features, data.num_classes).to(device)
+    client_models = [
+        build_model(model_cfg.for_client(k), data.num_features, data.num_classes).to(device)
+        for k in range(len(clients))
+    ] if model_cfg.clients else None
     federation = Federation(clients=clients, model=model, train=train_cfg,
-                            generator=torch.Generator().manual_seed(seed))
+                            generator=torch.Generator().manual_seed(seed), client_models=client_models)
     method = method_cls(federation, hparams)
     require_global_model(method, spec["method"], eval_cfg.model)
 

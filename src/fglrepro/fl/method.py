@@ -55,12 +55,23 @@ class Federation:
         model: an initialised model; methods copy it for the server and each client.
         train: local schedule and optimiser.
         generator: seeded RNG for the method's own random choices.
+        client_models: heterogeneous zoo: client k's initialised model (``None``: every
+            client starts from ``model``).
     """
 
     clients: list[ClientData]
     model: nn.Module
     train: TrainConfig
     generator: torch.Generator
+    client_models: list[nn.Module] | None = None
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.client_models is not None
+
+    def client_model(self, k: int) -> nn.Module:
+        """A fresh copy of client ``k``'s initial model."""
+        return copy.deepcopy(self.model if self.client_models is None else self.client_models[k])
 
 
 class FederatedMethod:
@@ -69,8 +80,17 @@ class FederatedMethod:
     Hparams: ClassVar[type] = NoHparams
     #: False for methods without a model that clients receive from the server.
     has_global_model: ClassVar[bool] = True
+    #: True for methods that work when clients have different architectures.
+    heterogeneous_models: ClassVar[bool] = False
 
     def __init__(self, federation: Federation, hparams) -> None:
+        if federation.heterogeneous and not self.heterogeneous_models:
+            from fglrepro.methods import heterogeneous_methods
+
+            raise ConfigError(
+                f"method {getattr(self, 'name', type(self).__name__)!r} needs the same architecture on "
+                f"every client; remove model.clients or use one of {heterogeneous_methods()}"
+            )
         self.federation = federation
         self.clients = federation.clients
         self.hparams = hparams
@@ -113,8 +133,8 @@ class FederatedMethod:
 
     def teacher_model(self, k: int, upload: Upload) -> nn.Module:
         """Client ``k``'s uploaded local model rebuilt on the server (a distillation
-        teacher). The default loads ``upload.tensors`` into a copy of the initial model."""
-        model = copy.deepcopy(self.federation.model)
+        teacher). The default loads ``upload.tensors`` into a copy of k's initial model."""
+        model = self.federation.client_model(k)
         load_parameters(model, upload.tensors)
         return model
 

@@ -27,6 +27,8 @@ METHOD_MODULES: dict[str, str] = {
     "fedtad": "fedtad",
     "finetune": "finetune",
     "opfgl": "opfgl",
+    "dense": "dense",
+    "coboost": "coboost",
 }
 
 _REGISTRY: dict[str, type] = {}
@@ -49,3 +51,8 @@ def get_method(name: str) -> type:
         raise ConfigError(f"unknown method {name!r}; valid methods: {sorted(METHOD_MODULES)}")
     importlib.import_module(f"{__name__}.{METHOD_MODULES[name]}")
     return _REGISTRY[name]
+
+
+def heterogeneous_methods() -> list[str]:
+    """Names of the methods that accept clients with different architectures."""
+    return sorted(name for name in METHOD_MODULES if get_method(name).heterogeneous_models)

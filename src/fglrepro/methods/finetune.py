@@ -66,6 +66,7 @@ class FineTune(MethodWrapper):
 
     label = "+ft"
     Hparams = FineTuneHparams
+    heterogeneous_models = True  # as far as its base method is
 
     def __init__(self, federation: Federation, hparams: FineTuneHparams) -> None:
         super().__init__(federation, hparams)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 
 from torch import nn
 
@@ -17,10 +16,11 @@ class Local(FederatedMethod):
 
     label = "Local"
     has_global_model = False
+    heterogeneous_models = True
 
     def __init__(self, federation: Federation, hparams) -> None:
         super().__init__(federation, hparams)
-        self.models = [copy.deepcopy(federation.model) for _ in self.clients]
+        self.models = [federation.client_model(k) for k in range(len(self.clients))]
         self.optimizers = [make_optimizer(m, federation.train) for m in self.models]
 
     def client_update(self, k: int, round_: int) -> Upload:

@@ -238,12 +238,13 @@ class OPFGL(FederatedMethod):
 
     label = "O-pFGL"
     Hparams = OPFGLHparams
+    heterogeneous_models = True
 
     def __init__(self, federation: Federation, hparams: OPFGLHparams) -> None:
         super().__init__(federation, hparams)
         if federation.train.rounds != 1:
             raise ConfigError(f"opfgl is one-shot: train.rounds must be 1, got {federation.train.rounds}")
-        self.models = [copy.deepcopy(federation.model) for _ in self.clients]
+        self.models = [federation.client_model(k) for k in range(len(self.clients))]
         self.soft_labels: dict[int, Tensor] = {}
         self.homophily: dict[int, Tensor] = {}
         self.round_participants: list[int] = []

@@ -70,38 +70,46 @@ def _ok_runs(metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics[metrics["status"] == "ok"] if "status" in metrics.columns else metrics
 
 
+#: Metrics the bar figure draws, one row of panels each, when the metrics CSV has them.
+BAR_METRICS = (("test_acc", "test accuracy (%)"), ("test_f1_macro", "test macro-F1 (%)"))
+
+
 def bars_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
-    """Grouped bars of test accuracy, mean with ±std (ddof=0) error bars over the seeds of ``ok``
-    runs: one panel per dataset, one group per client count, one bar per run label in study order
-    (a label without ``ok`` runs in a group leaves its slot empty)."""
+    """Grouped bars of test accuracy (top row) and macro-F1 (bottom row, when recorded), mean
+    with ±std (ddof=0) error bars over the seeds of ``ok`` runs: one panel per dataset, one
+    group per client count, one bar per run label in study order (a label without ``ok`` runs
+    in a group leaves its slot empty)."""
     ok = _ok_runs(metrics)
-    stats = ok.groupby(["dataset", "clients", "label"])["test_acc"].agg(mean="mean", std=lambda v: v.std(ddof=0))
+    rows = [(col, name) for col, name in BAR_METRICS if col in ok.columns and ok[col].notna().any()]
+    rows = rows or BAR_METRICS[:1]
     labels = meta["rows"]
     clients = _clients_per_dataset(meta)
     datasets = meta["datasets"]
     width = 0.8 / len(labels)
-    fig, axes = plt.subplots(1, len(datasets), squeeze=False,
+    fig, axes = plt.subplots(len(rows), len(datasets), squeeze=False,
                              figsize=(max(3.2, 0.35 * len(labels) * max(map(len, clients.values())) + 1.2)
-                                      * len(datasets), 3.0))
+                                      * len(datasets), 3.0 * len(rows)))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, dataset in zip(axes[0], datasets):
-        groups = clients[dataset]
-        lowest = []
-        for b, label in enumerate(labels):
-            keys = [(dataset, k, label) for k in groups]
-            mean = np.array([stats["mean"].get(key, np.nan) for key in keys])
-            std = np.array([stats["std"].get(key, np.nan) for key in keys])
-            ax.bar(np.arange(len(groups)) + (b - (len(labels) - 1) / 2) * width, mean, width, yerr=std,
-                   label=label, color=colours[b % len(colours)], capsize=2, error_kw={"linewidth": 0.8})
-            lowest.extend(mean - std)
-        if np.isfinite(lowest).any():
-            # Zoom in like the papers do: ablation bars differ by a few points.
-            ax.set_ylim(bottom=max(0.0, 5 * np.floor((np.nanmin(lowest) - 5) / 5)))
-        ax.set_xticks(np.arange(len(groups)), [f"{k} clients" for k in groups])
-        ax.set_title(dataset, fontsize=9)
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
-    axes[0][0].set_ylabel("test accuracy (%)")
+    for row, (column, name) in zip(axes, rows):
+        stats = ok.groupby(["dataset", "clients", "label"])[column].agg(mean="mean", std=lambda v: v.std(ddof=0))
+        for ax, dataset in zip(row, datasets):
+            groups = clients[dataset]
+            lowest = []
+            for b, label in enumerate(labels):
+                keys = [(dataset, k, label) for k in groups]
+                mean = np.array([stats["mean"].get(key, np.nan) for key in keys])
+                std = np.array([stats["std"].get(key, np.nan) for key in keys])
+                ax.bar(np.arange(len(groups)) + (b - (len(labels) - 1) / 2) * width, mean, width, yerr=std,
+                       label=label, color=colours[b % len(colours)], capsize=2, error_kw={"linewidth": 0.8})
+                lowest.extend(mean - std)
+            if np.isfinite(lowest).any():
+                # Zoom in like the papers do: ablation bars differ by a few points.
+                ax.set_ylim(bottom=max(0.0, 5 * np.floor((np.nanmin(lowest) - 5) / 5)))
+            ax.set_xticks(np.arange(len(groups)), [f"{k} clients" for k in groups])
+            ax.set_title(dataset, fontsize=9)
+            ax.grid(axis="y", alpha=0.3)
+            ax.set_axisbelow(True)
+        row[0].set_ylabel(name)
     return _finish(fig, meta, axes[0][0])
 
 

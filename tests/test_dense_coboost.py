@@ -1,0 +1,123 @@
+"""DENSE and Co-Boost: server-side ensemble distillation with generated node features."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fglrepro.config import ConfigError, EvalConfig, from_dict
+from fglrepro.fl.generator import knn_pseudo_graph
+from fglrepro.fl.loop import run_federation
+from fglrepro.methods.coboost import project_to_simplex
+from fglrepro.methods.dense import DENSEHparams, boundary_adversarial_loss, distillation_kl
+from test_federated import make_method
+
+
+def trained_teachers(method):
+    uploads = {k: method.client_update(k, 1) for k in range(len(method.clients))}
+    return uploads, [method.teacher_model(k, u).eval().requires_grad_(False) for k, u in uploads.items()]
+
+
+def test_distillation_kl_is_zero_for_equal_logits_and_positive_otherwise():
+    logits = torch.randn(6, 4)
+    assert distillation_kl(logits, logits, 20.0).abs() < 1e-5
+    assert distillation_kl(logits, logits.flip(0), 20.0) > 0
+
+
+def test_boundary_term_counts_only_nodes_where_ensemble_and_student_agree():
+    ensemble = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
+    student = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # agrees on node 0 only
+    kl0 = torch.nn.functional.kl_div(student[:1].log_softmax(-1), ensemble[:1].log_softmax(-1),
+                                     reduction="sum", log_target=True)
+    assert torch.allclose(boundary_adversarial_loss(student, ensemble), -kl0 / 2)
+    assert boundary_adversarial_loss(student[1:], ensemble[1:]) == 0
+
+
+def test_dense_ensemble_is_the_mean_of_the_teachers_logits(sbm):
+    method = make_method(sbm, "dense", {"distill_epochs": 1}, rounds=1)
+    _, teachers = trained_teachers(method)
+    x = torch.randn(20, sbm.num_features)
+    adj = knn_pseudo_graph(x, 3)
+    expected = torch.stack([t(x, adj) for t in teachers]).mean(0)
+    assert torch.allclose(method.ensemble(teachers, x, adj), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["dense", "coboost"])
+def test_distillation_moves_the_student_towards_the_ensemble(sbm, name):
+    method = make_method(sbm, name, {"distill_epochs": 30, "num_pseudo_nodes": 40}, rounds=1)
+    uploads, teachers = trained_teachers(method)
+    nodes = torch.randn(40, sbm.num_features, generator=torch.Generator().manual_seed(1))
+    adj = knn_pseudo_graph(nodes, 5)
+    target = method.ensemble(teachers, nodes, adj).detach()
+    fresh = copy.deepcopy(method.federation.model)  # the student before distillation
+    before = distillation_kl(fresh(nodes, adj), target, 1.0)
+    method.server_update(1, uploads)
+    after = distillation_kl(method.global_student(nodes, adj), target, 1.0)
+    assert after < before
+
+
+def test_personal_students_start_from_each_clients_own_upload(sbm):
+    method = make_method(sbm, "dense", {"student": "personal", "distill_epochs": 0}, rounds=1)
+    uploads, _ = trained_teachers(method)
+    method.server_update(1, uploads)
+    for k, upload in uploads.items():
+        for name, p in method.eval_model(k, "global").named_parameters():
+            assert torch.equal(p, upload.tensors[name])
+
+
+@pytest.mark.parametrize("name", ["dense", "coboost"])
+def test_one_shot_ft_uploads_and_downloads_the_model_once(sbm, name):
+    method = make_method(sbm, "finetune", {"base": name, "base_hparams": {"distill_epochs": 2}, "epochs": 3}, rounds=1)
+    history = run_federation(method, 1, EvalConfig())
+    record = history.rounds[0]
+    params = sum(p.numel() * 4 for p in method.federation.model.parameters())
+    assert record["upload_bytes"] == [params] * 3 and record["download_bytes"] == [params] * 3
+
+
+def test_projection_onto_the_simplex():
+    w = project_to_simplex(torch.tensor([0.5, -0.2, 1.5]))
+    assert torch.allclose(w, torch.tensor([0.25, 0.0, 0.75]))
+    assert torch.allclose(project_to_simplex(torch.tensor([-1.0, -2.0])), torch.tensor([0.5, 0.5]))
+
+
+def test_coboost_raises_the_weight_of_the_teacher_that_predicts_the_requested_labels(sbm):
+    method = make_method(sbm, "coboost", {"weight_lr": 0.1, "num_pseudo_nodes": 8}, rounds=1)
+    labels = method.pseudo_labels
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, logits):
+            super().__init__()
+            self.logits = logits
+
+        def forward(self, x, adj):
+            return self.logits
+
+    right = Fixed(torch.nn.functional.one_hot(labels, method.num_classes).float() * 5)
+    wrong = Fixed(torch.nn.functional.one_hot((labels + 1) % method.num_classes, method.num_classes).float() * 5)
+    x = torch.randn(labels.numel(), sbm.num_features)
+    method.update_weights([right, wrong], x, knn_pseudo_graph(x, 3))
+    assert torch.allclose(method.weights, torch.tensor([0.6, 0.4]))
+
+
+def test_coboost_hard_samples_increase_the_disagreement(sbm):
+    method = make_method(sbm, "coboost", {"hard_eps": 0.05}, rounds=1)
+    _, teachers = trained_teachers(method)
+    student = method.federation.model
+    x = torch.randn(30, sbm.num_features, generator=torch.Generator().manual_seed(2))
+    adj = knn_pseudo_graph(x, 3)
+
+    def disagreement(nodes):
+        return distillation_kl(student(nodes, adj), method.ensemble(teachers, nodes, adj), 1.0)
+
+    hard = method.hard_samples([student], teachers, x, adj)
+    assert hard.shape == x.shape and not torch.equal(hard, x)
+    assert disagreement(hard) > disagreement(x)
+    method = make_method(sbm, "coboost", {"hard_eps": 0.0}, rounds=1)
+    assert torch.equal(method.hard_samples([student], teachers, x, adj), x)
+
+
+def test_bad_hparams_name_the_key():
+    with pytest.raises(ConfigError, match="hparams.student"):
+        from_dict(DENSEHparams, {"student": "shared"}, "hparams of dense")

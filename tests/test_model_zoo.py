@@ -1,0 +1,104 @@
+"""The model zoo (GCN, SGC, S²GC, APPNP) and heterogeneous client models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
+from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.loop import run_federation
+from fglrepro.models import APPNPNet, SGC, SSGC, build_model
+from test_federated import make_method
+
+#: The ten architectures of O-pFGL's heterogeneous setting (Appendix C), one per client.
+OPFGL_ZOO = [
+    {"arch": "gcn", "hidden": 64}, {"arch": "gcn", "hidden": 128}, {"arch": "gcn", "hidden": 256},
+    {"arch": "gcn", "hidden": 512}, {"arch": "gcn", "layers": 3, "hidden": 64},
+    {"arch": "gcn", "layers": 3, "hidden": 512}, {"arch": "appnp"}, {"arch": "ssgc"},
+    {"arch": "sgc", "hops": 2}, {"arch": "sgc", "hops": 4},
+]
+
+
+@pytest.fixture
+def graph():
+    gen = torch.Generator().manual_seed(0)
+    edges = torch.randint(0, 12, (2, 30), generator=gen)
+    edges = torch.cat([edges, edges.flip(0)], dim=1)
+    edges = edges[:, edges[0] != edges[1]].unique(dim=1)
+    return torch.randn(12, 5, generator=gen), normalized_adjacency(edges, 12)
+
+
+def test_sgc_is_a_linear_model_on_k_hop_features(graph):
+    x, adj = graph
+    model = SGC(5, 16, 3, hops=3)
+    dense = adj.to_dense()
+    expected = model.linear(dense @ dense @ dense @ x)
+    assert torch.allclose(model(x, adj), expected, atol=1e-5)
+
+
+def test_ssgc_averages_the_hops_with_a_share_of_the_input(graph):
+    x, adj = graph
+    model = SSGC(5, 16, 3, hops=2, alpha=0.25)
+    dense = adj.to_dense()
+    smoothed = 0.25 * x + 0.75 * (dense @ x + dense @ dense @ x) / 2
+    assert torch.allclose(model(x, adj), model.linear(smoothed), atol=1e-5)
+    only_input = SSGC(5, 16, 3, hops=4, alpha=1.0)
+    assert torch.allclose(only_input(x, adj), only_input.linear(x), atol=1e-6)
+
+
+def test_appnp_without_teleport_decay_is_its_mlp(graph):
+    x, adj = graph
+    model = APPNPNet(5, 8, 3, hops=10, alpha=1.0, dropout=0.0).eval()
+    mlp = model.lin2(torch.relu(model.lin1(x)))
+    assert torch.allclose(model(x, adj), mlp, atol=1e-5)
+    model = APPNPNet(5, 8, 3, hops=1, alpha=0.1, dropout=0.0).eval()
+    mlp = model.lin2(torch.relu(model.lin1(x)))
+    assert torch.allclose(model(x, adj), 0.9 * adj.to_dense() @ mlp + 0.1 * mlp, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", OPFGL_ZOO)
+def test_every_zoo_model_maps_features_to_logits_and_trains(graph, spec):
+    x, adj = graph
+    model = build_model(from_dict(ModelConfig, spec, "model"), 5, 3)
+    hidden, logits = model(x, adj, return_hidden=True)
+    assert logits.shape == (12, 3) and hidden.size(0) == 12
+    logits.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_bad_model_keys_name_the_valid_choices():
+    with pytest.raises(ConfigError, match="valid architectures"):
+        build_model(ModelConfig(arch="gat"), 5, 3)
+    with pytest.raises(ConfigError, match="model.hops"):
+        build_model(ModelConfig(arch="gcn", hops=3), 5, 3)
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['width'\] in model.clients\[1\]"):
+        ModelConfig(clients=[{"hidden": 8}, {"width": 8}]).for_client(3)
+
+
+def test_clients_cycle_through_the_zoo():
+    config = ModelConfig(dropout=0.0, clients=OPFGL_ZOO)
+    assert config.for_client(3).hidden == 512 and config.for_client(3).dropout == 0.0
+    assert config.for_client(13) == config.for_client(3)
+    assert ModelConfig().for_client(5) == ModelConfig()
+
+
+def test_parameter_averaging_refuses_heterogeneous_clients_and_lists_the_methods_that_accept_them(sbm):
+    zoo = ModelConfig(hidden=16, clients=OPFGL_ZOO[:3])
+    with pytest.raises(ConfigError, match=r"same architecture.*\['coboost', 'dense', 'finetune', 'local', 'opfgl'\]"):
+        make_method(sbm, "fedavg", model=zoo)
+    with pytest.raises(ConfigError, match="same architecture"):
+        make_method(sbm, "finetune", {"base": "fedprox"}, model=zoo)
+
+
+@pytest.mark.parametrize("name, hparams", [
+    ("local", {}), ("dense", {"student": "personal", "distill_epochs": 2}),
+    ("coboost", {"student": "personal", "distill_epochs": 2}), ("opfgl", {"surrogate_iterations": 20, "stage1_steps": 20, "finetune_steps": 20, "eval_every": 10}),
+])
+def test_heterogeneous_methods_give_every_client_its_own_architecture(sbm, name, hparams):
+    zoo = ModelConfig(hidden=16, clients=[{"arch": "sgc"}, {"arch": "gcn", "hidden": 8}, {"arch": "appnp"}])
+    method = make_method(sbm, name, hparams, rounds=1, model=zoo)
+    history = run_federation(method, 1, EvalConfig(model="local" if name == "local" else "global"))
+    assert len(history.rounds) == 1
+    stage = "local" if name == "local" else "global"
+    assert [type(method.eval_model(k, stage)).__name__ for k in range(3)] == ["SGC", "GCN", "APPNPNet"]
