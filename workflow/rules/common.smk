@@ -188,6 +188,14 @@ def dataset_resources(dataset, key):
     return SIZE_RESOURCES[DATASETS[dataset].size][key]
 
 
+def run_resources(wildcards, key):
+    """A training job's ``mem_mb``/``runtime``: the run's ``resources`` (or its dataset's
+    ``per_dataset`` override) when the study sets them, else the dataset's size class."""
+    entry = STUDIES[wildcards.study]["runs"][wildcards.run]
+    entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
+    return entry.get("resources", {}).get(key, dataset_resources(wildcards.dataset, key))
+
+
 # ---- code dependencies: editing a module reruns exactly the jobs that use it -------------
 
 def _imported_modules(path):

@@ -14,8 +14,8 @@ rule train:
         device=config["device"],
     threads: config["train_threads"]
     resources:
-        mem_mb=lambda w: dataset_resources(w.dataset, "mem_mb"),
-        runtime=lambda w: dataset_resources(w.dataset, "runtime"),
+        mem_mb=lambda w: run_resources(w, "mem_mb"),
+        runtime=lambda w: run_resources(w, "runtime"),
         gpu=0,
     log:
         RESULTS + "/logs/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.log",
