@@ -221,3 +221,22 @@ def test_skip_runs_leaves_rows_out_of_a_study(repo, tmp_path):
         return int(dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))["train"])
 
     assert train_jobs() - train_jobs("skip_runs=[fedsage_plus,fedtad_noise]") == 2 * 3 * 3
+
+
+def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_path):
+    """FedSage+ rows set ``resources``; other rows keep the small-dataset request."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
+         "--configfile", str(repo / "config" / "config.yaml"), "--dry-run",
+         "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]",
+         f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    requests = {}
+    for block in proc.stdout.split("rule train:")[1:]:
+        run = re.search(r"run=(\w+)", block).group(1)
+        requests[run] = (int(re.search(r"mem_mb=(\d+)", block).group(1)),
+                         int(re.search(r"runtime=(\d+)", block).group(1)))
+    assert requests["fedsage_plus"] == (16000, 120)
+    assert requests["fedavg"] == (2000, 30)

@@ -101,7 +101,10 @@ def main(argv=None) -> None:
 
         summary = tables.cell_summary(pd.read_csv(args.metrics))
         if args.command == "tables":
-            md, tex = [], []
+            text, best = tables.side_by_side(summary, meta)
+            md = [tables.to_markdown(text, best, f"{meta['paper']} {meta['table']} ({meta['study']}): test accuracy "
+                                                 "and macro-F1 (%) side by side, mean ± std over seeds")]
+            tex = []
             for metric, name in (("acc", "test accuracy"), ("f1_macro", "test macro-F1")):
                 text, best = tables.layout(summary, meta, metric)
                 title = f"{meta['paper']} {meta['table']} ({meta['study']}): {name} (%), mean ± std over seeds"
@@ -114,7 +117,8 @@ def main(argv=None) -> None:
             table = tables.comparison(summary, pd.read_csv(args.reported), meta)
             atomic_write_text(table.to_csv(index=False), f"{prefix}.csv")
             title = f"{meta['paper']} {meta['table']} ({meta['study']})"
-            atomic_write_text(tables.comparison_markdown(table, title, meta["decimals"]), f"{prefix}.md")
+            atomic_write_text(tables.comparison_grid_markdown(table, meta, title) + "\n"
+                              + tables.comparison_markdown(table, title, meta["decimals"]), f"{prefix}.md")
             gaps = table.dropna(subset=["delta"])
             log.info("%d cells compared, mean |delta| %.2f points", len(gaps), gaps["delta"].abs().mean())
 

@@ -12,6 +12,8 @@ import pandas as pd
 
 #: metric name in comparison/paper CSVs -> column in the metrics CSV.
 METRIC_COLUMNS = {"acc": "test_acc", "f1_macro": "test_f1_macro"}
+#: column headers of the metrics in side-by-side tables.
+METRIC_HEADERS = {"acc": "Acc", "f1_macro": "F1"}
 CELL_KEYS = ["label", "dataset", "clients"]
 
 
@@ -64,8 +66,24 @@ def layout(summary: pd.DataFrame, meta: dict, metric: str) -> tuple[pd.DataFrame
     return text, best
 
 
+def side_by_side(summary: pd.DataFrame, meta: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Accuracy and macro-F1 next to each other, as the O-pFGL tables print them: columns
+    ``(dataset, clients, metric)`` in study order; ``(text, is_best)`` as :func:`layout`."""
+    parts = {metric: layout(summary, meta, metric) for metric in METRIC_COLUMNS}
+    order = [(d, c, m) for d, c in meta["columns"] for m in METRIC_COLUMNS]
+
+    def join(which: int) -> pd.DataFrame:
+        frame = pd.concat({m: parts[m][which] for m in METRIC_COLUMNS}, axis=1)
+        frame.columns = frame.columns.reorder_levels([1, 2, 0])
+        return frame[pd.MultiIndex.from_tuples(order)]
+
+    return join(0), join(1)
+
+
 def to_markdown(text: pd.DataFrame, best: pd.DataFrame, title: str) -> str:
-    header = ["Method"] + [f"{d} ({c})" for d, c in text.columns]
+    """Markdown table; columns ``(dataset, clients)`` or ``(dataset, clients, metric)``."""
+    header = ["Method"] + [f"{col[0]} ({col[1]})" + "".join(f" {METRIC_HEADERS[m]}" for m in col[2:])
+                           for col in text.columns]
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |",
              "|" + "|".join(["---"] + [":---:"] * len(text.columns)) + "|"]
     for method in text.index:
@@ -134,4 +152,32 @@ def comparison_markdown(table: pd.DataFrame, title: str, decimals: int) -> str:
         delta = f"{r.delta:+.{decimals}f}" if pd.notna(r.delta) else ""
         lines.append(f"| {r.method} | {r.dataset} | {r.clients} | {r.metric} | {reported} | "
                      f"{reproduced} | {delta} | {r.n_ok}/{r.n_runs} |")
+    return "\n".join(lines) + "\n"
+
+
+def comparison_grid_markdown(table: pd.DataFrame, meta: dict, title: str) -> str:
+    """The comparison in the paper's layout: one row per method, accuracy and macro-F1 of
+    each (dataset, clients) side by side, each cell ``ours (paper, Δ)`` (``ours`` where the
+    paper has no value); metrics the paper never reports are left out."""
+    decimals = meta["decimals"]
+    metrics = [m for m in METRIC_COLUMNS if table.loc[table.metric == m, "reported_mean"].notna().any()]
+    metrics = metrics or list(METRIC_COLUMNS)
+    columns = [(d, c, m) for d, c in meta["columns"] for m in metrics]
+    cells = {(r.method, r.dataset, r.clients, r.metric): r for r in table.itertuples()}
+    header = ["Method"] + [f"{d} ({c}) {METRIC_HEADERS[m]}" for d, c, m in columns]
+    lines = [f"### {title}: ours (paper, Δ)", "", "| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] + ["---:"] * len(columns)) + "|"]
+    for method in [m for m in meta["rows"] if m in set(table.method)]:
+        row = [method]
+        for d, c, m in columns:
+            r = cells.get((method, d, c, m))
+            if r is None:
+                row.append("")
+            elif not r.n_ok:
+                row.append(r.status.upper())
+            elif pd.isna(r.reported_mean):
+                row.append(f"{r.reproduced_mean:.{decimals}f}")
+            else:
+                row.append(f"{r.reproduced_mean:.{decimals}f} ({r.reported_mean:.{decimals}f}, {r.delta:+.{decimals}f})")
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

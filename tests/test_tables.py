@@ -1,0 +1,52 @@
+"""Result tables: cell summaries, the papers' layouts and the comparison with reported values."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from fglrepro.report.tables import cell_summary, comparison, comparison_grid_markdown, side_by_side, to_markdown
+
+META = {"rows": ["B", "A"], "columns": [["Cora", 10], ["CiteSeer", 10]], "decimals": 1,
+        "paper": "P", "table": "Table 1"}
+
+
+@pytest.fixture
+def summary():
+    rows = [{"label": label, "dataset": d, "clients": 10, "seed": s, "status": "ok",
+             "test_acc": acc + s, "test_f1_macro": f1 + s}
+            for label, d, acc, f1 in [("A", "Cora", 70, 40), ("B", "Cora", 60, 50), ("A", "CiteSeer", 65, 30),
+                                      ("B", "CiteSeer", 66, 20)]
+            for s in (0, 1, 2)]
+    return cell_summary(pd.DataFrame(rows))
+
+
+def test_side_by_side_puts_accuracy_and_f1_of_each_dataset_next_to_each_other(summary):
+    text, best = side_by_side(summary, META)
+    assert list(text.columns) == [("Cora", 10, "acc"), ("Cora", 10, "f1_macro"),
+                                  ("CiteSeer", 10, "acc"), ("CiteSeer", 10, "f1_macro")]
+    assert list(text.index) == ["B", "A"]
+    assert text.loc["A", ("Cora", 10, "acc")] == "71.0 ± 0.8"
+    assert text.loc["B", ("Cora", 10, "f1_macro")] == "51.0 ± 0.8"
+    # the best of each column is marked separately per metric
+    assert best.loc["A", ("Cora", 10, "acc")] and best.loc["B", ("Cora", 10, "f1_macro")]
+    header = to_markdown(text, best, "t").splitlines()[2]
+    assert header == "| Method | Cora (10) Acc | Cora (10) F1 | CiteSeer (10) Acc | CiteSeer (10) F1 |"
+
+
+def test_comparison_gives_delta_to_the_reported_value_and_keeps_unreported_cells(summary):
+    reported = pd.DataFrame([{"paper": "P", "table": "Table 1", "method": "A", "dataset": "Cora", "clients": 10,
+                              "metric": "acc", "mean": 70.5, "std": 0.1}])
+    table = comparison(summary, reported, META)
+    row = table[(table.method == "A") & (table.dataset == "Cora") & (table.metric == "acc")].iloc[0]
+    assert row.delta == pytest.approx(0.5)
+    assert table["reported_mean"].isna().sum() == len(table) - 1
+
+
+def test_comparison_grid_shows_ours_with_the_paper_value_and_delta(summary):
+    reported = pd.DataFrame([{"paper": "P", "table": "Table 1", "method": "A", "dataset": "Cora", "clients": 10,
+                              "metric": m, "mean": v, "std": 0.1} for m, v in (("acc", 70.5), ("f1_macro", 45.0))])
+    lines = comparison_grid_markdown(comparison(summary, reported, META), META, "t").splitlines()
+    assert lines[2] == "| Method | Cora (10) Acc | Cora (10) F1 | CiteSeer (10) Acc | CiteSeer (10) F1 |"
+    assert lines[4] == "| B | 61.0 | 51.0 | 67.0 | 21.0 |"
+    assert lines[5] == "| A | 71.0 (70.5, +0.5) | 41.0 (45.0, -4.0) | 66.0 | 31.0 |"
