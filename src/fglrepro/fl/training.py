@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable
 
@@ -60,6 +61,45 @@ def train_epochs(
         if not math.isfinite(value):
             raise Diverged(f"training loss became {value}")
     return value
+
+
+def train_best_validation(
+    model: nn.Module, optimizer: torch.optim.Optimizer, client: ClientData, steps: int, patience: int,
+    objective: Objective = cross_entropy_objective, eval_every: int = 1, start_is_candidate: bool = False,
+) -> float:
+    """Up to ``steps`` steps of ``objective`` (as :func:`train_epochs`) with early stopping
+    on the client's validation accuracy, checked every ``eval_every`` steps: training stops
+    after ``patience`` checks without a new best, and the model is left holding the best
+    checked state (the starting state is a candidate when ``start_is_candidate``).
+
+    Used by the one-shot "+ft" fine-tuning and O-pFGL's two training stages. Returns the
+    last step's loss.
+    """
+    best_acc, best_state, stale, value = -1.0, None, 0, float("nan")
+    if start_is_candidate:
+        best_acc, best_state = validation_accuracy(model, client), copy.deepcopy(model.state_dict())
+    for step in range(1, steps + 1):
+        value = train_epochs(model, optimizer, client, 1, objective=objective)
+        if step % eval_every:
+            continue
+        acc = validation_accuracy(model, client)
+        if acc > best_acc:
+            best_acc, best_state, stale = acc, copy.deepcopy(model.state_dict()), 0
+        else:
+            stale += 1
+            if stale >= patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return value
+
+
+@torch.no_grad()
+def validation_accuracy(model: nn.Module, client: ClientData) -> float:
+    """Accuracy on the client's validation nodes (0 without any)."""
+    model.eval()
+    pred = model(client.x, client.adj).argmax(dim=-1)
+    return accuracy(pred[client.val_mask], client.y[client.val_mask])
 
 
 @torch.no_grad()

@@ -12,13 +12,11 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 
-import torch
 from torch import nn
 
 from fglrepro.config import ConfigError
-from fglrepro.fl.clients import ClientData
 from fglrepro.fl.method import Federation
-from fglrepro.fl.training import evaluate, make_optimizer, train_epochs
+from fglrepro.fl.training import make_optimizer, train_best_validation
 from fglrepro.fl.wrapper import MethodWrapper
 from fglrepro.methods import register
 
@@ -43,23 +41,6 @@ class FineTuneHparams:
             raise ConfigError(f"hparams.epochs and patience must be >= 1, got {self.epochs}, {self.patience}")
 
 
-def finetune(model: nn.Module, client: ClientData, optimizer: torch.optim.Optimizer, epochs: int, patience: int) -> nn.Module:
-    """Train ``model`` one epoch at a time; return it holding the state of the epoch (or
-    the start) with the best validation accuracy."""
-    best_acc, best_state, waited = evaluate(model, client)["val_acc"], copy.deepcopy(model.state_dict()), 0
-    for _ in range(epochs):
-        train_epochs(model, optimizer, client, 1)
-        acc = evaluate(model, client)["val_acc"]
-        if acc > best_acc:
-            best_acc, best_state, waited = acc, copy.deepcopy(model.state_dict()), 0
-        else:
-            waited += 1
-            if waited >= patience:
-                break
-    model.load_state_dict(best_state)
-    return model
-
-
 @register("finetune")
 class FineTune(MethodWrapper):
     """``<base>+ft``: the base method, then local fine-tuning after the final download."""
@@ -82,8 +63,9 @@ class FineTune(MethodWrapper):
         train = self.federation.train
         if self.hparams.lr is not None:
             train = dataclasses.replace(train, lr=self.hparams.lr)
-        self.tuned[k] = finetune(model, self.clients[k], make_optimizer(model, train),
-                                 self.hparams.epochs, self.hparams.patience)
+        train_best_validation(model, make_optimizer(model, train), self.clients[k], self.hparams.epochs,
+                              self.hparams.patience, start_is_candidate=True)
+        self.tuned[k] = model
 
     def eval_model(self, k: int, stage: str) -> nn.Module:
         return self.tuned[k] if k in self.tuned else self.base.eval_model(k, stage)

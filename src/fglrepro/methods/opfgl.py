@@ -10,10 +10,8 @@ node-adaptive distillation from the stage-1 model (stage 2, eqs. 14-17).
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +28,7 @@ from fglrepro.fl.secure_aggregation import mask_vector, unmask_sum
 from fglrepro.fl.surrogate_graph import (
     LINK_PREDICTORS, SurrogateGraph, SurrogateSettings, generate_surrogate_graph,
 )
-from fglrepro.fl.training import Diverged, make_optimizer
+from fglrepro.fl.training import make_optimizer, train_best_validation
 from fglrepro.methods import register
 
 #: Ablation variants (paper Fig. 3 plus stage 1 alone):
@@ -190,45 +188,6 @@ def focal_loss(logits: Tensor, labels: Tensor, gamma: float) -> Tensor:
 
 
 @torch.no_grad()
-def validation_accuracy(model: nn.Module, client: ClientData) -> float:
-    """Accuracy on the client's validation nodes (0 without any)."""
-    if not bool(client.val_mask.any()):
-        return 0.0
-    model.eval()
-    pred = model(client.x, client.adj).argmax(dim=1)
-    return float((pred[client.val_mask] == client.y[client.val_mask]).float().mean())
-
-
-def train_until_stale(
-    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[[nn.Module], Tensor],
-    client: ClientData, steps: int, eval_every: int, patience: int,
-) -> float:
-    """Up to ``steps`` steps on ``loss_fn(model)``; every ``eval_every`` steps the local
-    validation accuracy is checked, training stops after ``patience`` checks without a new
-    best, and the best checked model is restored. Returns the last loss."""
-    best_acc, best_state, stale, value = -1.0, None, 0, float("nan")
-    for step in range(1, steps + 1):
-        model.train()
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model)
-        loss.backward()
-        optimizer.step()
-        value = loss.detach().item()
-        if not math.isfinite(value):
-            raise Diverged(f"O-pFGL training loss became {value}")
-        if step % eval_every == 0:
-            acc = validation_accuracy(model, client)
-            if acc > best_acc:
-                best_acc, best_state, stale = acc, copy.deepcopy(model.state_dict()), 0
-            else:
-                stale += 1
-                if stale >= patience:
-                    break
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return value
-
-
 @register("opfgl")
 class OPFGL(FederatedMethod):
     """One upload of class statistics, one download of a surrogate graph, then two-stage
@@ -322,10 +281,9 @@ class OPFGL(FederatedMethod):
         hp, client, graph, model = self.hparams, self.clients[k], self.surrogate, self.models[k]
         adj = graph.normalized_adjacency()
         train = self.federation.train
-        train_until_stale(
-            model, make_optimizer(model, replace(train, lr=hp.stage1_lr)),
-            lambda m: F.cross_entropy(m(graph.x, adj), graph.y),
-            client, hp.stage1_steps, hp.eval_every, hp.patience,
+        train_best_validation(
+            model, make_optimizer(model, replace(train, lr=hp.stage1_lr)), client, hp.stage1_steps, hp.patience,
+            objective=lambda m, _: F.cross_entropy(m(graph.x, adj), graph.y), eval_every=hp.eval_every,
         )
         if hp.variant == "global":
             return
@@ -335,7 +293,7 @@ class OPFGL(FederatedMethod):
         gamma = self.node_gamma(k)
         mask = client.train_mask
 
-        def stage2_loss(m: nn.Module) -> Tensor:
+        def stage2_loss(m: nn.Module, _: ClientData) -> Tensor:
             logits = m(client.x, client.adj)
             if hp.variant == "ft_focal":
                 loss = focal_loss(logits[mask], client.y[mask], hp.focal_gamma)
@@ -345,9 +303,9 @@ class OPFGL(FederatedMethod):
                 loss = loss + distillation_loss(logits, teacher, gamma)
             return loss
 
-        train_until_stale(
-            model, make_optimizer(model, replace(train, lr=hp.finetune_lr)), stage2_loss,
-            client, hp.finetune_steps, hp.eval_every, hp.patience,
+        train_best_validation(
+            model, make_optimizer(model, replace(train, lr=hp.finetune_lr)), client, hp.finetune_steps,
+            hp.patience, objective=stage2_loss, eval_every=hp.eval_every,
         )
 
     def node_gamma(self, k: int) -> Tensor | None:
