@@ -187,7 +187,6 @@ def focal_loss(logits: Tensor, labels: Tensor, gamma: float) -> Tensor:
     return (-(1 - log_pt.exp()) ** gamma * log_pt).mean()
 
 
-@torch.no_grad()
 @register("opfgl")
 class OPFGL(FederatedMethod):
     """One upload of class statistics, one download of a surrogate graph, then two-stage
