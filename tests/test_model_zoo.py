@@ -85,15 +85,18 @@ def test_clients_cycle_through_the_zoo():
 
 def test_parameter_averaging_refuses_heterogeneous_clients_and_lists_the_methods_that_accept_them(sbm):
     zoo = ModelConfig(hidden=16, clients=OPFGL_ZOO[:3])
-    with pytest.raises(ConfigError, match=r"same architecture.*\['coboost', 'dense', 'finetune', 'local', 'opfgl'\]"):
+    with pytest.raises(ConfigError, match=r"same architecture.*\['coboost', 'dense', 'fedtad', 'finetune', 'local', 'opfgl'\]"):
         make_method(sbm, "fedavg", model=zoo)
-    with pytest.raises(ConfigError, match="same architecture"):
-        make_method(sbm, "finetune", {"base": "fedprox"}, model=zoo)
+    for wrapper, base in (("finetune", "fedprox"), ("fedtad", "fedavg")):
+        with pytest.raises(ConfigError, match="same architecture"):
+            make_method(sbm, wrapper, {"base": base}, model=zoo)
 
 
 @pytest.mark.parametrize("name, hparams", [
     ("local", {}), ("dense", {"student": "personal", "distill_epochs": 2}),
-    ("coboost", {"student": "personal", "distill_epochs": 2}), ("opfgl", {"surrogate_iterations": 20, "stage1_steps": 20, "finetune_steps": 20, "eval_every": 10}),
+    ("coboost", {"student": "personal", "distill_epochs": 2}),
+    ("fedtad", {"base": "dense", "base_hparams": {"student": "personal", "distill_epochs": 0}, "distill_epochs": 2}),
+    ("opfgl", {"surrogate_iterations": 20, "stage1_steps": 20, "finetune_steps": 20, "eval_every": 10}),
 ])
 def test_heterogeneous_methods_give_every_client_its_own_architecture(sbm, name, hparams):
     zoo = ModelConfig(hidden=16, clients=[{"arch": "sgc"}, {"arch": "gcn", "hidden": 8}, {"arch": "appnp"}])

@@ -147,6 +147,9 @@ class FedTAD(MethodWrapper):
 
     label = "FedTAD"
     Hparams = FedTADHparams
+    #: as far as its base is: around ``dense`` with ``student: personal`` and no DENSE
+    #: distillation, FedTAD distils into each client's own (heterogeneous) uploaded model.
+    heterogeneous_models = True
 
     def __init__(self, federation: Federation, hparams: FedTADHparams) -> None:
         super().__init__(federation, hparams)
