@@ -40,6 +40,15 @@ class ConditionalGenerator(nn.Module):
         return self.head(self.body(torch.cat([self.label_embedding(labels), z], dim=-1)))
 
 
+def seeded_generator(num_classes: int, feat_dim: int, noise_dim: int, rng: torch.Generator,
+                     device: torch.device) -> ConditionalGenerator:
+    """A :class:`ConditionalGenerator` initialised from a seed drawn from ``rng``, leaving
+    torch's global random stream as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(2**31, (1,), generator=rng)))
+        return ConditionalGenerator(num_classes, feat_dim, noise_dim).to(device)
+
+
 def balanced_labels(num_nodes: int, num_classes: int, device: torch.device | None = None) -> Tensor:
     """``[num_nodes]`` labels, ``num_nodes // C`` per class in order, the remainder on the
     last class (FedTAD code)."""

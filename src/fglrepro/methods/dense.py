@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import parameters_of
-from fglrepro.fl.generator import ConditionalGenerator, balanced_labels, diversity_loss, knn_pseudo_graph
+from fglrepro.fl.generator import balanced_labels, diversity_loss, knn_pseudo_graph, seeded_generator
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.training import make_optimizer, train_epochs
 from fglrepro.methods import register
@@ -167,7 +167,9 @@ class DENSE(FederatedMethod):
         """``distill_epochs`` of generator steps then student steps, in place. One generator
         serves all students: its adversarial term is their mean."""
         hp = self.hparams
-        generator = self._new_generator()
+        generator = seeded_generator(
+            self.num_classes, self.clients[0].x.size(1), hp.noise_dim, self.rng, self.device
+        )
         gen_opt = torch.optim.Adam(generator.parameters(), lr=hp.lr_generator)
         student_opts = [torch.optim.SGD(s.parameters(), lr=hp.lr_student, momentum=hp.momentum)
                         for s in students]
@@ -201,10 +203,3 @@ class DENSE(FederatedMethod):
                     distillation_kl(student(x, adj), target, hp.temperature).backward()
                     opt.step()
                 student.eval()
-
-    def _new_generator(self) -> ConditionalGenerator:
-        """A generator initialised from this method's own RNG (leaves torch's global draws alone)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(torch.randint(2**31, (1,), generator=self.rng)))
-            return ConditionalGenerator(self.num_classes, self.clients[0].x.size(1), self.hparams.noise_dim
-                                        ).to(self.device)

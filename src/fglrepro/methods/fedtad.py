@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.fl.generator import (
-    DIVERSITY_LOSSES, ConditionalGenerator, balanced_labels, diversity_loss, knn_pseudo_graph,
+    DIVERSITY_LOSSES, balanced_labels, diversity_loss, knn_pseudo_graph, seeded_generator,
 )
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.topology import return_probabilities
@@ -165,11 +165,9 @@ class FedTAD(MethodWrapper):
         self.server_reliability: dict[int, Tensor] = {}
         num_classes = federation.clients[0].num_classes
         if hparams.pseudo_graph == "generated":
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(torch.randint(2**31, (1,), generator=self.rng)))
-                self.generator = ConditionalGenerator(
-                    num_classes, federation.clients[0].x.size(1), hparams.noise_dim
-                ).to(device)
+            self.generator = seeded_generator(
+                num_classes, federation.clients[0].x.size(1), hparams.noise_dim, self.rng, device
+            )
             self.generator_optimizer = torch.optim.Adam(
                 self.generator.parameters(), lr=hparams.lr_generator, weight_decay=hparams.weight_decay
             )
