@@ -31,6 +31,7 @@ def measure(threads: int) -> dict:
     from partition_speed import planted_partition
 
     from fglrepro.fl.clients import ClientData
+    from fglrepro.fl.topology import return_probabilities
     from fglrepro.methods.fedtad import class_reliability
 
     torch.set_num_threads(threads)
@@ -45,7 +46,7 @@ def measure(threads: int) -> dict:
     )
     before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
-    phi = class_reliability(client, walk_length=5)
+    phi = class_reliability(client, return_probabilities(client.edge_index, client.num_nodes, 5))
     seconds = time.perf_counter() - start
     return {
         "nodes": n, "edges": graph.edge_index.size(1) // 2, "labelled": int(train_mask.sum()),

@@ -13,7 +13,7 @@ from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, f
 from fglrepro.fl.aggregation import weighted_average
 from fglrepro.fl.clients import build_clients
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.training import Diverged, cross_entropy_loss, make_optimizer, train_steps
+from fglrepro.fl.training import Diverged, cross_entropy_loss, evaluate, make_optimizer, train_steps
 from fglrepro.methods import METHOD_MODULES, get_method, resolve_method
 from fglrepro.metrics import accuracy, macro_f1
 from fglrepro.models import build_model
@@ -204,3 +204,28 @@ def test_early_stopping_rules():
     assert stop_round("consecutive_decrease", 2) == 4
     assert stop_round("consecutive_decrease", 3) is None  # the rise at round 5 resets the count
     assert stop_round("no_improvement", None) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_macro_f1_over_all_classes_agrees_with_scikit_learn_labels(seed):
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, 4, (100,), generator=gen)
+    pred = torch.where(torch.rand(100, generator=gen) < 0.7, target, torch.randint(0, 4, (100,), generator=gen))
+    expected = f1_score(target, pred, labels=list(range(7)), average="macro", zero_division=0)
+    assert macro_f1(pred, target, 7, all_classes=True) == pytest.approx(expected)
+    assert macro_f1(pred, target, 7, all_classes=True) < macro_f1(pred, target, 7)
+
+
+def test_evaluation_with_dropout_is_stochastic_and_without_is_not(sbm):
+    client = build_clients(sbm, build_partition(sbm, SPEC, 4, 0), torch.device("cpu"))[0]
+    model = build_model(ModelConfig(dropout=0.9), client.x.size(1), client.num_classes)
+    torch.manual_seed(0)
+    plain = [evaluate(model, client) for _ in range(2)]
+    noisy = [tuple(evaluate(model, client, dropout=True).values()) for _ in range(5)]
+    assert plain[0] == plain[1]
+    assert len(set(noisy)) > 1
+
+
+def test_unknown_f1_classes_is_an_error():
+    with pytest.raises(ConfigError, match=r"evaluation.f1_classes.*'present'.*'all'"):
+        EvalConfig(f1_classes="some")

@@ -53,7 +53,7 @@ def test_class_reliability_equals_hand_computation():
     node0 = (1 + cos(0, 1)) / 2
     node1 = (1 + cos(1, 0) + cos(1, 2)) / 3
     node3 = 1.0  # isolated: only itself
-    got = class_reliability(client, walk_length=2)
+    got = class_reliability(client, return_probabilities(client.edge_index, client.num_nodes, 2))
     assert got.tolist() == pytest.approx([node0 + node3, node1], rel=1e-5)
 
 
@@ -165,3 +165,29 @@ def test_fedtad_after_fedsage_plus_waits_for_the_classifier_and_sees_the_mended_
     method.server_update(2, uploads)
     assert method.server_models() == [method.base.global_model]
     assert any(not torch.equal(a, b) for a, b in zip(before, method.base.global_model.parameters()))
+
+
+def test_sampled_walk_ids_follow_the_authors_code_distribution():
+    """The code's walks stay with probability e^{1/d} / (e^{1/d} + N - 1) and otherwise jump
+    to a uniformly drawn other node: on a 3-node path, the middle node (d = 3) stays with
+    probability e^{1/3} / (e^{1/3} + 2) and the two jumps are equally likely."""
+    from fglrepro.fl.topology import sampled_walk_ids
+
+    edges = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.cat([sampled_walk_ids(edges, 3, 2, generator) for _ in range(4000)])
+    assert draws.shape == (12000, 3)
+    assert torch.equal(draws[:, 0], torch.arange(3.0).repeat(4000)) and torch.equal(draws[:, 0], draws[:, 1])
+    middle_next = draws[1::3, 2]
+    stay = math.exp(1 / 3) / (math.exp(1 / 3) + 2)
+    assert (middle_next == 1).float().mean().item() == pytest.approx(stay, abs=0.03)
+    assert (middle_next == 0).sum().item() == pytest.approx((middle_next == 2).sum().item(), rel=0.1)
+
+
+def test_code_fidelity_changes_reliability_and_keeps_teachers_dropout(sbm):
+    paper = make_method(sbm, "fedtad", {"distill_epochs": 1})
+    code = make_method(sbm, "fedtad", {"distill_epochs": 1, "fidelity": "code"})
+    assert not all(torch.allclose(a, b) for a, b in zip(paper.reliability, code.reliability))
+    assert all(torch.all(phi >= 0) for phi in code.reliability)
+    with pytest.raises(ConfigError, match="fidelity"):
+        resolve_method("fedtad", {"fidelity": "authors"})

@@ -225,3 +225,18 @@ def test_random_split_of_tiny_clients(n):
     train, val, test = random_split(n, 0.6, 0.2, torch.Generator().manual_seed(0))
     assert int(train.sum()) == int(0.6 * n) and int(val.sum()) == int(0.2 * n)
     assert int(test.sum()) == n - int(0.6 * n) - int(0.2 * n)
+
+
+@pytest.mark.parametrize("library", ["igraph", "python-louvain"])
+def test_louvain_libraries_find_the_planted_blocks_deterministically(graph, library):
+    first = louvain_membership(graph.edge_index, graph.num_nodes, seed=3, library=library)
+    again = louvain_membership(graph.edge_index, graph.num_nodes, seed=3, library=library)
+    np.testing.assert_array_equal(first, again)
+    blocks = graph.y.numpy()
+    pairs = np.unique(np.stack([first, blocks]), axis=1)
+    assert np.unique(pairs[0]).size == pairs.shape[1]
+
+
+def test_unknown_louvain_library_names_the_choices(graph):
+    with pytest.raises(ConfigError, match=r"partition.options.library.*'igraph'.*'python-louvain'"):
+        run("louvain", graph, library="networkx")

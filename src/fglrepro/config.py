@@ -184,15 +184,22 @@ class EvalConfig:
     ``patience`` with ``stop_rule``: stop after ``patience`` rounds without a new best
     validation accuracy (``no_improvement``), or after ``patience`` consecutive rounds in
     which it decreased (``consecutive_decrease``, FedGKD's wording).
+    ``dropout``: test with dropout active (the authors' code of FedTAD applies dropout
+    unconditionally, also when testing). ``f1_classes``: macro-F1 over the classes ``present``
+    in a client's labels or predictions (scikit-learn's default), or over ``all`` C classes,
+    absent ones scoring 0 (the authors' code of O-pFGL passes ``labels=range(C)``).
     """
 
     model: str = "global"
     average: str = "weighted"
     patience: int | None = None
     stop_rule: str = "no_improvement"
+    dropout: bool = False
+    f1_classes: str = "present"
 
     def __post_init__(self) -> None:
         choice(self.model, ("global", "local"), "evaluation.model")
+        choice(self.f1_classes, ("present", "all"), "evaluation.f1_classes")
         choice(self.average, ("weighted", "unweighted"), "evaluation.average")
         choice(self.stop_rule, ("no_improvement", "consecutive_decrease"), "evaluation.stop_rule")
 

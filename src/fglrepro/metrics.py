@@ -13,9 +13,10 @@ def accuracy(pred: Tensor, target: Tensor) -> float:
     return float((pred == target).float().mean())
 
 
-def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:
+def macro_f1(pred: Tensor, target: Tensor, num_classes: int, all_classes: bool = False) -> float:
     """Unweighted mean of per-class F1 over the classes present in ``target`` or ``pred``
-    (``sklearn.metrics.f1_score(average="macro")``, zero_division=0)."""
+    (``sklearn.metrics.f1_score(average="macro")``, zero_division=0), or with ``all_classes``
+    over all ``num_classes`` (``labels=range(num_classes)``: absent classes score 0)."""
     if target.numel() == 0:
         return 0.0
     tp = torch.bincount(target[pred == target], minlength=num_classes).double()
@@ -23,4 +24,4 @@ def macro_f1(pred: Tensor, target: Tensor, num_classes: int) -> float:
     n_true = torch.bincount(target, minlength=num_classes).double()
     present = (n_pred + n_true) > 0
     f1 = 2 * tp / (n_pred + n_true).clamp(min=1)
-    return float(f1[present].mean())
+    return float(f1.mean() if all_classes else f1[present].mean())

@@ -1,7 +1,9 @@
-"""``fgl-data``: fetch verified raw files, and write the canonical prepared graph.
+r"""``fgl-data``: fetch verified raw files, and write the canonical prepared graph.
 
-    fgl-data download --dataset Cora --root data/raw --mirror resources/datasets/planetoid --out data/raw/Cora/download.json
-    fgl-data prepare --dataset Cora --root data/raw [--largest-component] [--normalize-features] --out data/prepared/Cora/plain.pt
+    fgl-data download --dataset Cora --root data/raw --mirror resources/datasets/planetoid \
+        --out data/raw/Cora/download.json
+    fgl-data prepare --dataset Cora --root data/raw [--largest-component] [--normalize-features] \
+        --out data/prepared/Cora/plain.pt
 """
 
 from __future__ import annotations

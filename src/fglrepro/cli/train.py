@@ -110,7 +110,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, as_dict, from_dict
     from fglrepro.data.graph import load_graph
     from fglrepro.fl.clients import build_clients
-    from fglrepro.fl.loop import RoundProgress, evaluate_each, run_federation
+    from fglrepro.fl.loop import EvaluateEach, RoundProgress, run_federation
     from fglrepro.fl.method import Federation, RunSetup, vectorised_obstacle
     from fglrepro.fl.training import Diverged
     from fglrepro.methods import build_method, check_method, resolve_method
@@ -138,13 +138,14 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     ] if model_cfg.clients else None
     federation = Federation(clients=clients, model=model, train=train_cfg,
                             generator=torch.Generator().manual_seed(seed), client_models=client_models)
-    engine, evaluator = "sequential", evaluate_each
+    test_options = {"dropout": eval_cfg.dropout, "all_classes": eval_cfg.f1_classes == "all"}
+    engine, evaluator = "sequential", EvaluateEach(**test_options)
     obstacle = vectorised_obstacle(method_spec.capabilities, model_cfg)
     if train_cfg.engine != "sequential" and obstacle is None:
         from fglrepro.fl.engine import BatchedEvaluator, VectorisedEngine
 
         federation.engine = VectorisedEngine(federation)
-        engine, evaluator = "vectorised", BatchedEvaluator(federation.engine)
+        engine, evaluator = "vectorised", BatchedEvaluator(federation.engine, **test_options)
     elif train_cfg.engine == "auto":
         log.info("engine auto: sequential, %s", obstacle)
     method = build_method(method_spec, federation)

@@ -31,7 +31,8 @@ from torch.optim.adam import adam
 
 from fglrepro.config import TrainConfig
 from fglrepro.fl.clients import ClientData
-from fglrepro.fl.training import check_finite, evaluate
+from fglrepro.fl.loop import EvaluateEach
+from fglrepro.fl.training import check_finite
 from fglrepro.models import GCN
 
 if TYPE_CHECKING:
@@ -512,9 +513,10 @@ def client_accuracy(pred: Tensor, batch: ClientBatch, mask: Tensor) -> Tensor:
     return torch.where(counts > 0, correct / counts.clamp_min(1), torch.zeros_like(correct))
 
 
-def client_macro_f1(pred: Tensor, batch: ClientBatch, mask: Tensor, num_classes: int) -> Tensor:
+def client_macro_f1(pred: Tensor, batch: ClientBatch, mask: Tensor, num_classes: int, all_classes: bool = False,
+                    ) -> Tensor:
     """``[m]`` macro-F1 of each client over the classes present in its labels or predictions
-    on its ``mask`` nodes (as :func:`fglrepro.metrics.macro_f1`), float64."""
+    on its ``mask`` nodes, or over all classes (as :func:`fglrepro.metrics.macro_f1`), float64."""
     m = batch.num_clients
     client, target, guess = batch.batch[mask], batch.y[mask], pred[mask]
     size = m * num_classes
@@ -522,35 +524,39 @@ def client_macro_f1(pred: Tensor, batch: ClientBatch, mask: Tensor, num_classes:
     n_pred = torch.bincount(client * num_classes + guess, minlength=size)
     n_true = torch.bincount(client * num_classes + target, minlength=size)
     tp, n_pred, n_true = (t.view(m, num_classes).double() for t in (tp, n_pred, n_true))
-    present = (n_pred + n_true) > 0
+    present = (n_pred + n_true) > 0 if not all_classes else torch.ones_like(tp, dtype=torch.bool)
     f1 = 2 * tp / (n_pred + n_true).clamp(min=1)
     count = present.sum(dim=1)
-    return torch.where(count > 0, (f1 * present).sum(dim=1) / count.clamp_min(1), torch.zeros_like(count, dtype=f1.dtype))
+    mean = (f1 * present).sum(dim=1) / count.clamp_min(1)
+    return torch.where(count > 0, mean, torch.zeros_like(mean))
 
 
 class BatchedEvaluator:
     """Tests one model per client in one batched pass when every model is a GCN of the
-    engine's architecture and the clients are the federation's (else per client)."""
+    engine's architecture and the clients are the federation's (else per client); ``dropout``
+    and ``all_classes`` as :class:`~fglrepro.fl.loop.EvaluateEach`."""
 
-    def __init__(self, engine: VectorisedEngine) -> None:
+    def __init__(self, engine: VectorisedEngine, dropout: bool = False, all_classes: bool = False) -> None:
         self.engine = engine
+        self.fallback = EvaluateEach(dropout, all_classes)
 
     def __call__(self, models: list[nn.Module], clients: list[ClientData]) -> list[dict[str, float]]:
         engine = self.engine
         same_clients = len(clients) == len(engine.clients) and all(a is b for a, b in zip(clients, engine.clients))
         if not same_clients or not all(type(m) is GCN for m in models):
-            return [evaluate(model, client) for model, client in zip(models, clients)]
+            return self.fallback(models, clients)
         batch = engine.batch(list(range(len(clients))))
         with torch.no_grad():
             if all(m is models[0] for m in models):
                 params = engine.model.single(models[0])
             else:
                 params = engine.stacked(models)
-            pred = engine.model.forward(params, batch, training=False).logits.argmax(dim=-1)
+            pred = engine.model.forward(params, batch, training=self.fallback.dropout).logits.argmax(dim=-1)
             num_classes = clients[0].num_classes
             columns = {}
             for split, mask in (("val", batch.val_mask), ("test", batch.test_mask)):
                 columns[f"{split}_acc"] = client_accuracy(pred, batch, mask).tolist()
-                columns[f"{split}_f1_macro"] = client_macro_f1(pred, batch, mask, num_classes).tolist()
+                columns[f"{split}_f1_macro"] = client_macro_f1(
+                    pred, batch, mask, num_classes, self.fallback.all_classes).tolist()
         order = ("val_acc", "val_f1_macro", "test_acc", "test_f1_macro")
         return [{key: columns[key][i] for key in order} for i in range(len(clients))]

@@ -55,9 +55,19 @@ class History:
 Evaluator = Callable[[list[nn.Module], list[ClientData]], list[dict[str, float]]]
 
 
-def evaluate_each(models: list[nn.Module], clients: list[ClientData]) -> list[dict[str, float]]:
-    """The reference evaluator: :func:`~fglrepro.fl.training.evaluate` per client."""
-    return [evaluate(model, client) for model, client in zip(models, clients)]
+@dataclass(frozen=True)
+class EvaluateEach:
+    """The reference evaluator: :func:`~fglrepro.fl.training.evaluate` per client, with the
+    study's ``evaluation.dropout`` and ``evaluation.f1_classes``."""
+
+    dropout: bool = False
+    all_classes: bool = False
+
+    def __call__(self, models: list[nn.Module], clients: list[ClientData]) -> list[dict[str, float]]:
+        return [evaluate(m, c, self.dropout, self.all_classes) for m, c in zip(models, clients)]
+
+
+evaluate_each = EvaluateEach()
 
 
 def run_federation(

@@ -53,3 +53,29 @@ def return_probabilities(
             a, b = (p + 1) // 2, p // 2
             out[start:stop, p - 1] = np.asarray(powers[a].multiply(powers[b]).sum(axis=1)).ravel()
     return torch.from_numpy(out).float()
+
+
+def sampled_walk_ids(edge_index: Tensor, num_nodes: int, walk_length: int, generator: torch.Generator) -> Tensor:
+    """The topology embedding of the FedTAD authors' code (``cal_topo_emb``): for every node
+    and every length ``l = 1 .. walk_length`` the ids of an ``l``-node "random walk" from it,
+    concatenated: ``[N, walk_length (walk_length + 1) / 2]`` floats.
+
+    The code's transition matrix ``A ⊙ pinv(D)`` (element-wise, ``A`` with self-loops) keeps
+    only the diagonal ``1 / d_i``, and each step draws from a softmax over that row: it stays
+    at node i with probability ``e^{1/d_i} / (e^{1/d_i} + N - 1)`` and otherwise moves to a
+    uniformly drawn other node. This draws from that distribution directly (vectorised over
+    start nodes), not with the code's per-node ``torch.multinomial`` calls.
+    """
+    degree = torch.bincount(edge_index[0][edge_index[0] != edge_index[1]], minlength=num_nodes).double() + 1.0
+    stay = torch.exp(1.0 / degree) / (torch.exp(1.0 / degree) + num_nodes - 1)
+    columns = []
+    for length in range(1, walk_length + 1):
+        current = torch.arange(num_nodes)
+        columns.append(current)
+        for _ in range(length - 1):
+            moves = torch.rand(num_nodes, generator=generator, dtype=torch.float64) >= stay[current]
+            other = torch.randint(num_nodes - 1, (num_nodes,), generator=generator)
+            other = other + (other >= current).long()
+            current = torch.where(moves, other, current)
+            columns.append(current)
+    return torch.stack(columns, dim=1).float()

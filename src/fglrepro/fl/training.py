@@ -104,15 +104,18 @@ def validation_accuracy(model: nn.Module, client: ClientData) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, client: ClientData) -> dict[str, float]:
-    """Accuracy and macro-F1 of ``model`` on the client's val and test nodes.
+def evaluate(model: nn.Module, client: ClientData, dropout: bool = False, all_classes: bool = False,
+             ) -> dict[str, float]:
+    """Accuracy and macro-F1 of ``model`` on the client's val and test nodes (with dropout
+    active if ``dropout``; macro-F1 over all classes if ``all_classes``, see
+    :class:`~fglrepro.config.EvalConfig`).
 
     Returns ``{"val_acc", "val_f1_macro", "test_acc", "test_f1_macro"}``.
     """
-    model.eval()
+    model.train(dropout)
     pred = model(client.x, client.adj).argmax(dim=-1)
     out = {}
     for split, mask in (("val", client.val_mask), ("test", client.test_mask)):
         out[f"{split}_acc"] = accuracy(pred[mask], client.y[mask])
-        out[f"{split}_f1_macro"] = macro_f1(pred[mask], client.y[mask], client.num_classes)
+        out[f"{split}_f1_macro"] = macro_f1(pred[mask], client.y[mask], client.num_classes, all_classes)
     return out

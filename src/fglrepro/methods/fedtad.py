@@ -34,7 +34,7 @@ from fglrepro.fl.generator import (
 )
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Capabilities, FederatedMethod, Federation, Upload
-from fglrepro.fl.topology import return_probabilities
+from fglrepro.fl.topology import return_probabilities, sampled_walk_ids
 from fglrepro.fl.wrapper import MethodWrapper
 from fglrepro.methods import register
 
@@ -64,6 +64,13 @@ class FedTADHparams:
     divergence: ``l1`` (code: mean |logit difference|) or ``kl`` (eq. 10, KL(global ‖ local)).
     diversity: ``noise_l1`` (code: mode-seeking loss on noise and feature distances) or
         ``cosine`` (eq. 9).
+    fidelity: ``paper`` (the equations above), or ``code``: where the authors' code departs
+        from the paper, the topology part of ``h_i`` is the ids of the nodes its "random
+        walks" visit (:func:`~fglrepro.fl.topology.sampled_walk_ids`), and the teachers, and
+        the global model during generator steps, keep dropout active (its GCN applies dropout
+        unconditionally). The code's whole protocol also tests with dropout
+        (``evaluation.dropout: true``) and partitions with python-louvain
+        (``partition.options.library``).
     """
 
     base: str = "fedavg"
@@ -86,26 +93,28 @@ class FedTADHparams:
     weight_diverg: float = 1.0
     divergence: str = "l1"
     diversity: str = "noise_l1"
+    fidelity: str = "paper"
 
     def __post_init__(self) -> None:
+        choice(self.fidelity, ("paper", "code"), "hparams.fidelity")
         choice(self.reliability, RELIABILITIES, "hparams.reliability")
         choice(self.pseudo_graph, ("generated", "real"), "hparams.pseudo_graph")
         choice(self.divergence, ("l1", "kl"), "hparams.divergence")
         choice(self.diversity, DIVERSITY_LOSSES, "hparams.diversity")
 
 
-def class_reliability(client: ClientData, walk_length: int, chunk: int = 1 << 20) -> Tensor:
+def class_reliability(client: ClientData, topology: Tensor, chunk: int = 1 << 20) -> Tensor:
     """Class-wise knowledge reliability ϕ ``[C]`` of one client (eq. 3-5).
 
-    ``h_i = x_i ‖ [T^1_ii .. T^p_ii]``; for each labelled node i the mean cosine
+    ``h_i = x_i ‖ topology_i`` (``topology [n, t]``; the paper's: the return probabilities
+    ``[T^1_ii .. T^p_ii]``); for each labelled node i the mean cosine
     similarity of ``h_i`` with its neighbours, counting i itself (similarity 1) as the
     authors' code does so that isolated labelled nodes are defined:
     ``(1 + Σ_{j∈N(i)} s(h_i, h_j)) / (1 + |N(i)|)``; ϕ^c sums it over labelled nodes of class c.
     Sparse: one pass over the edges leaving labelled nodes, in chunks of ``chunk`` edges.
     """
     n = client.num_nodes
-    topo = return_probabilities(client.edge_index, n, walk_length).to(client.x.device)
-    h = F.normalize(torch.cat([client.x.float(), topo], dim=1), dim=1)
+    h = F.normalize(torch.cat([client.x.float(), topology.to(client.x.device)], dim=1), dim=1)
     src, dst = client.edge_index
     keep = client.train_mask[src] & (src != dst)
     src, dst = src[keep], dst[keep]
@@ -178,7 +187,12 @@ class FedTAD(MethodWrapper):
         """ϕ_k as the client uploads it (variant and noise applied)."""
         kind = self.hparams.reliability
         if kind == "topology":
-            phi = class_reliability(client, self.hparams.walk_length)
+            n, walks = client.num_nodes, self.hparams.walk_length
+            if self.hparams.fidelity == "code":
+                topology = sampled_walk_ids(client.edge_index, n, walks, self.rng)
+            else:
+                topology = return_probabilities(client.edge_index, n, walks)
+            phi = class_reliability(client, topology)
         elif kind == "labelled":
             phi = labelled_counts(client)
         else:
@@ -226,7 +240,8 @@ class FedTAD(MethodWrapper):
         self.base.server_update(round_, base_uploads)
         if self.hparams.distill_epochs == 0 or not base_uploads:
             return
-        teachers = [self.base.teacher_model(k, u).eval() for k, u in base_uploads.items()]
+        dropout = self.hparams.fidelity == "code"
+        teachers = [self.base.teacher_model(k, u).train(dropout) for k, u in base_uploads.items()]
         for teacher in teachers:
             teacher.requires_grad_(False)
         reliability = torch.stack([self.server_reliability[k] for k in base_uploads])
@@ -268,7 +283,7 @@ class FedTAD(MethodWrapper):
         hp = self.hparams
         labels = self.pseudo_labels
         self.generator.train()
-        student.eval()
+        student.train(self.hparams.fidelity == "code")
         self.generator_optimizer.zero_grad(set_to_none=True)
         x = self.generator(z, labels)
         adj = knn_pseudo_graph(x.detach(), hp.knn)
@@ -278,7 +293,8 @@ class FedTAD(MethodWrapper):
         ).view(len(teachers), -1)
         loss_sem = (weights * ce).sum()
         loss_diverg = (weights * divergence(hp.divergence, student(x, adj), teacher_logits.detach())).sum()
-        loss = hp.lambda_sem * loss_sem + hp.lambda_div * diversity_loss(hp.diversity, z, x) - hp.weight_diverg * loss_diverg
+        loss_div = diversity_loss(hp.diversity, z, x)
+        loss = hp.lambda_sem * loss_sem + hp.lambda_div * loss_div - hp.weight_diverg * loss_diverg
         loss.backward()
         self.generator_optimizer.step()
         student.zero_grad(set_to_none=True)

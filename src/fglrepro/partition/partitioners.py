@@ -15,13 +15,14 @@ import random
 from typing import Callable
 
 import igraph
+import networkx as nx
 import numpy as np
 import pymetis
 import torch
 from sklearn.cluster import KMeans
 from torch import Tensor
 
-from fglrepro.config import ConfigError
+from fglrepro.config import ConfigError, choice
 from fglrepro.data.graph import Graph
 
 KMEANS_N_INIT = 10
@@ -47,21 +48,38 @@ def _undirected_pairs(edge_index: Tensor) -> np.ndarray:
     return torch.stack([row[keep], col[keep]], 1).numpy()
 
 
-def louvain_membership(edge_index: Tensor, num_nodes: int, seed: int, resolution: float = 1.0) -> np.ndarray:
-    """Louvain communities (igraph's C ``community_multilevel``), seeded.
+#: Louvain implementations: igraph's C ``community_multilevel`` (ours), or python-louvain's
+#: ``best_partition``, which the FedTAD and O-pFGL authors' code vendors (``library`` option).
+LOUVAIN_LIBRARIES = ("igraph", "python-louvain")
+
+
+def louvain_membership(
+    edge_index: Tensor, num_nodes: int, seed: int, resolution: float = 1.0, library: str = "igraph",
+) -> np.ndarray:
+    """Louvain communities from ``library`` (one of :data:`LOUVAIN_LIBRARIES`), seeded (the
+    authors' code calls python-louvain unseeded).
 
     Communities are numbered by their smallest node id, so the numbering is canonical.
 
     Returns:
         community id of every node ``[N]``.
     """
-    graph = igraph.Graph(n=num_nodes)
-    graph.add_edges(_undirected_pairs(edge_index))
-    igraph.set_random_number_generator(random.Random(seed))
-    try:
-        membership = np.asarray(graph.community_multilevel(resolution=resolution).membership)
-    finally:
-        igraph.set_random_number_generator(random)
+    if library == "python-louvain":
+        import community as python_louvain
+
+        graph = nx.Graph()
+        graph.add_nodes_from(range(num_nodes))
+        graph.add_edges_from(_undirected_pairs(edge_index).tolist())
+        partition = python_louvain.best_partition(graph, resolution=resolution, random_state=seed)
+        membership = np.array([partition[i] for i in range(num_nodes)])
+    else:
+        graph = igraph.Graph(n=num_nodes)
+        graph.add_edges(_undirected_pairs(edge_index))
+        igraph.set_random_number_generator(random.Random(seed))
+        try:
+            membership = np.asarray(graph.community_multilevel(resolution=resolution).membership)
+        finally:
+            igraph.set_random_number_generator(random)
     first_node = np.full(membership.max() + 1, num_nodes, dtype=np.int64)
     np.minimum.at(first_node, membership, np.arange(num_nodes))
     rank = np.empty_like(first_node)
@@ -122,9 +140,12 @@ def balanced_community_assignment(
     return membership
 
 
-def louvain_parts(data: Graph, num_parts: int, seed: int, delta: int, resolution: float) -> np.ndarray:
+def louvain_parts(
+    data: Graph, num_parts: int, seed: int, delta: int, resolution: float, library: str = "igraph",
+) -> np.ndarray:
     """Louvain communities balanced into ``num_parts`` parts; part id per node ``[N]``."""
-    communities = _communities(louvain_membership(data.edge_index, data.num_nodes, seed, resolution))
+    choice(library, LOUVAIN_LIBRARIES, "partition.options.library")
+    communities = _communities(louvain_membership(data.edge_index, data.num_nodes, seed, resolution, library))
     return balanced_community_assignment(communities, data.num_nodes, num_parts, delta)
 
 
@@ -147,9 +168,11 @@ def metis_membership(edge_index: Tensor, num_nodes: int, num_parts: int, seed: i
     return np.asarray(membership, dtype=np.int64)
 
 
-def louvain(data: Graph, num_clients: int, seed: int, delta: int = 20, resolution: float = 1.0) -> list[Tensor]:
+def louvain(
+    data: Graph, num_clients: int, seed: int, delta: int = 20, resolution: float = 1.0, library: str = "igraph",
+) -> list[Tensor]:
     """Louvain communities balanced into ``num_clients`` clients (FedSage+ assignment)."""
-    return _membership_to_lists(louvain_parts(data, num_clients, seed, delta, resolution), num_clients)
+    return _membership_to_lists(louvain_parts(data, num_clients, seed, delta, resolution, library), num_clients)
 
 
 def metis(data: Graph, num_clients: int, seed: int) -> list[Tensor]:
@@ -247,11 +270,11 @@ def cluster_communities(membership: np.ndarray, data: Graph, num_clients: int, s
 
 def louvain_plus(
     data: Graph, num_clients: int, seed: int, num_communities: int = 100, delta: int = 20,
-    resolution: float = 1.0,
+    resolution: float = 1.0, library: str = "igraph",
 ) -> list[Tensor]:
     """O-pFGL Louvain+: Louvain balanced into ``num_communities`` parts (FedSage+ rule,
     ``delta``), clustered by label distribution into ``num_clients`` clients."""
-    communities = louvain_parts(data, num_communities, seed, delta, resolution)
+    communities = louvain_parts(data, num_communities, seed, delta, resolution, library)
     return _membership_to_lists(cluster_communities(communities, data, num_clients, seed), num_clients)
 
 
