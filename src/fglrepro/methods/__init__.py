@@ -102,7 +102,7 @@ def check_method(spec: MethodSpec, setup: RunSetup) -> list[str]:
         problems = check_capabilities(spec.name, spec.capabilities, setup)
     except ConfigError as err:
         return [str(err)]
-    if setup.model.clients and not spec.capabilities.heterogeneous:
+    if setup.model.heterogeneous and not spec.capabilities.heterogeneous:
         problems.append(f"methods that accept different architectures: {heterogeneous_methods()}, and the "
                         "wrappers fedtad and finetune around one of them")
     level: MethodSpec | None = spec
