@@ -31,6 +31,7 @@ METHOD_MODULES: dict[str, str] = {
     "opfgl": "opfgl",
     "dense": "dense",
     "coboost": "coboost",
+    "fedproto": "fedproto",
 }
 
 _REGISTRY: dict[str, type] = {}
