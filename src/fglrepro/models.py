@@ -84,7 +84,7 @@ class GCN(nn.Module):
         widths = [in_channels] + [hidden] * (layers - 1) + [hidden if readout else out_channels]
         self.convs = nn.ModuleList(GCNLayer(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.readout = nn.Linear(hidden, out_channels) if readout else None
-        self.dropout = dropout
+        self.layers, self.hidden, self.dropout = layers, hidden, dropout
 
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``.

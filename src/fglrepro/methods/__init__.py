@@ -32,6 +32,9 @@ METHOD_MODULES: dict[str, str] = {
     "dense": "dense",
     "coboost": "coboost",
     "fedproto": "fedproto",
+    "fedgls": "fedgls",
+    "knn_graph": "knn_graph",
+    "fedavg_by_arch": "fedavg_by_arch",
 }
 
 _REGISTRY: dict[str, type] = {}
@@ -117,7 +120,8 @@ def check_method(spec: MethodSpec, setup: RunSetup) -> list[str]:
 
 
 def build_method(spec: MethodSpec, federation: Federation) -> FederatedMethod:
-    """Construct ``spec`` on ``federation`` (a wrapper's base first)."""
+    """Construct ``spec`` on ``federation`` (a wrapper's ``prepare`` first, then its base)."""
     if spec.base is None:
         return spec.cls(federation, spec.hparams)
+    spec.cls.prepare(federation, spec.hparams)
     return spec.cls(federation, spec.hparams, build_method(spec.base, federation))
