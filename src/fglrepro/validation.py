@@ -323,11 +323,14 @@ def _check_run_partition(problems: Problems, study: Mapping, run: str, datasets:
         return
     if any(problems.is_flagged(key) for key, _ in overrides) or problems.is_flagged("partition"):
         return
+    found: dict[str, list[str]] = {}
     for dataset in datasets:
         study_problems = _partition_problems(partition_spec(study, dataset))
         for message in _partition_problems(run_partition_spec(study, run, dataset)):
             if message not in study_problems:
-                problems.add(f"runs.{run}.partition", f"{dataset}: {message}")
+                found.setdefault(message, []).append(dataset)
+    for message, where in found.items():
+        problems.add(f"runs.{run}.partition", message if where == datasets else f"{', '.join(where)}: {message}")
 
 
 class _Unknown(Exception):
