@@ -84,7 +84,7 @@ class GCN(nn.Module):
         widths = [in_channels] + [hidden] * (layers - 1) + [hidden if readout else out_channels]
         self.convs = nn.ModuleList(GCNLayer(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.readout = nn.Linear(hidden, out_channels) if readout else None
-        self.dropout = dropout
+        self.layers, self.hidden, self.dropout = layers, hidden, dropout
 
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``.
@@ -98,6 +98,51 @@ class GCN(nn.Module):
                 hidden = x
             x = conv(x, adj)
             if i < len(self.convs) - 1 or self.readout is not None:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+        if self.readout is not None:
+            hidden = x
+            x = self.readout(x)
+        return (hidden, x) if return_hidden else x
+
+
+class MLP(nn.Module):
+    """``layers``-layer perceptron with the interface of :class:`GCN` (``adj`` is ignored):
+    the feature encoder of FedGLS (eq. 20, ``H = σ(X W1) W2``) and the model of graphless
+    clients in its baselines (Fed-MLP, Fed-GNNMLP, FedProto).
+
+    Layer for layer it is :class:`GCN` with the identity as graph operator: ReLU and dropout
+    after every layer but the last (after every layer with ``readout=True``, which appends a
+    linear classifier). Linear layers use torch's default initialisation.
+
+    Args:
+        in_channels: F. hidden: width of hidden layers. out_channels: C (or the embedding
+            width when used as an encoder). layers: number of linear layers (>= 1).
+        dropout: dropout probability on hidden representations.
+        readout: append a linear classifier ``hidden -> out_channels``.
+    """
+
+    def __init__(
+        self, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
+        dropout: float = 0.5, readout: bool = False,
+    ) -> None:
+        super().__init__()
+        if layers < 1:
+            raise ConfigError(f"model.layers must be >= 1, got {layers}")
+        widths = [in_channels] + [hidden] * (layers - 1) + [hidden if readout else out_channels]
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.readout = nn.Linear(hidden, out_channels) if readout else None
+        self.layers, self.hidden, self.dropout = layers, hidden, dropout
+
+    def forward(self, x: Tensor, adj: Tensor | None = None,
+                return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]`` -> ``[n, C]``; with ``return_hidden`` also the input of the last layer
+        (with readout: the ``[n, hidden]`` embedding), as ``(hidden, logits)``."""
+        hidden = x
+        for i, lin in enumerate(self.lins):
+            if i == len(self.lins) - 1:
+                hidden = x
+            x = lin(x)
+            if i < len(self.lins) - 1 or self.readout is not None:
                 x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
         if self.readout is not None:
             hidden = x
@@ -173,7 +218,7 @@ class APPNPNet(nn.Module):
         return (hidden, logits) if return_hidden else logits
 
 
-MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sgc": SGC, "ssgc": SSGC, "appnp": APPNPNet}
+MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sgc": SGC, "ssgc": SSGC, "appnp": APPNPNet, "mlp": MLP}
 
 
 def build_model(config: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
@@ -181,12 +226,12 @@ def build_model(config: ModelConfig, in_channels: int, num_classes: int) -> nn.M
     ``hops``/``alpha`` when set, else their own defaults)."""
     if config.arch not in MODELS:
         raise ConfigError(f"unknown model.arch {config.arch!r}; valid architectures: {sorted(MODELS)}")
-    if config.arch == "gcn":
+    if config.arch in ("gcn", "mlp"):
         if config.hops is not None or config.alpha is not None:
-            raise ConfigError("model.hops and model.alpha apply to 'sgc', 'ssgc' and 'appnp', not 'gcn'; "
-                              "use model.layers for the depth of a GCN")
-        return GCN(in_channels, config.hidden, num_classes, layers=config.layers,
-                   dropout=config.dropout, readout=config.readout)
+            raise ConfigError(f"model.hops and model.alpha apply to 'sgc', 'ssgc' and 'appnp', not "
+                              f"{config.arch!r}; use model.layers for the depth")
+        return MODELS[config.arch](in_channels, config.hidden, num_classes, layers=config.layers,
+                                   dropout=config.dropout, readout=config.readout)
     extra = {key: value for key, value in (("hops", config.hops), ("alpha", config.alpha)) if value is not None}
     if config.arch == "sgc" and "alpha" in extra:
         raise ConfigError("model.alpha is not a parameter of model.arch 'sgc'; remove it")

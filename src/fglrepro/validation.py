@@ -31,9 +31,10 @@ from fglrepro.config import (
 )
 from fglrepro.data.registry import DATASETS, get_dataset
 
-#: Study blocks parsed into config dataclasses; runs may override ``model`` and ``train``.
+#: Study blocks parsed into config dataclasses; runs may override ``model``, ``train`` and
+#: (the schema allows its ``model`` key only) ``evaluation``.
 BLOCKS = {"model": ModelConfig, "train": TrainConfig, "evaluation": EvalConfig}
-RUN_BLOCKS = ("model", "train")
+RUN_BLOCKS = ("model", "train", "evaluation")
 
 
 # ---- merging, exactly as the workflow merges (common.smk uses these) ----------------------
@@ -51,6 +52,18 @@ def partition_spec(study: Mapping, dataset: str) -> dict:
     part = dict(study["partition"])
     override = part.pop("per_dataset", {}).get(dataset, {})
     return merge(part, override)
+
+
+def run_partition_spec(study: Mapping, run: str | None, dataset: str) -> dict:
+    """The partition of ``run``'s jobs on ``dataset``: :func:`partition_spec` updated by the run's
+    own ``partition`` block and by that of its ``per_dataset`` entry for ``dataset`` (Fed-GNN
+    in a FedGLS study: ``partition: {graphless_ratio: 0}``); the table keeps its columns. With
+    ``run`` None: the study's own."""
+    if run is None:
+        return partition_spec(study, dataset)
+    entry = study["runs"][run]
+    own = merge(entry.get("partition") or {}, (entry.get("per_dataset") or {}).get(dataset, {}).get("partition") or {})
+    return merge(partition_spec(study, dataset), own)
 
 
 # ---- problem collection ---------------------------------------------------------------------
@@ -205,6 +218,7 @@ def check_study(
         for run, entry in runs.items():
             if isinstance(entry, Mapping):
                 _check_run(problems, f"runs.{run}", entry, blocks)
+                _check_run_partition(problems, study, run, datasets)
     _check_files(problems, study, paper_dir)
     return problems.lines
 
@@ -296,6 +310,27 @@ def _check_partition(problems: Problems, study: Mapping) -> None:
         for message in _partition_problems(merge(base, override)):
             if message not in base_problems:
                 problems.add(key, message)
+
+
+def _check_run_partition(problems: Problems, study: Mapping, run: str, datasets: list[str]) -> None:
+    """The partition a run's own ``partition`` blocks give its jobs, for each dataset; a problem
+    the study's partition has already is not repeated."""
+    entry = study["runs"][run]
+    overrides = [(f"runs.{run}.per_dataset.{d}.partition", (o or {}).get("partition"))
+                 for d, o in (entry.get("per_dataset") or {}).items() if isinstance(o, Mapping)]
+    overrides.append((f"runs.{run}.partition", entry.get("partition")))
+    if not isinstance(study.get("partition"), Mapping) or not any(o for _, o in overrides):
+        return
+    if any(problems.is_flagged(key) for key, _ in overrides) or problems.is_flagged("partition"):
+        return
+    found: dict[str, list[str]] = {}
+    for dataset in datasets:
+        study_problems = _partition_problems(partition_spec(study, dataset))
+        for message in _partition_problems(run_partition_spec(study, run, dataset)):
+            if message not in study_problems:
+                found.setdefault(message, []).append(dataset)
+    for message, where in found.items():
+        problems.add(f"runs.{run}.partition", message if where == datasets else f"{', '.join(where)}: {message}")
 
 
 class _Unknown(Exception):
@@ -450,16 +485,17 @@ def _variant_problems(
 
 
 def _model_problems(model: ModelConfig) -> list[str]:
-    """Problems that building the model (each client's, for a heterogeneous zoo) raises."""
+    """Problems that building the model (each client's, with and without edges, for a
+    heterogeneous zoo) raises."""
     from fglrepro.models import build_model
 
-    configs = [model] if not model.clients else []
-    problems = []
-    for k in range(len(model.clients)):
+    configs, problems = [], []
+    for k, graphless in [(k, g) for k in range(max(1, len(model.clients))) for g in (False, True)]:
         try:
-            configs.append(model.for_client(k))
+            configs.append(model.for_client(k, graphless))
         except ConfigError as err:
-            problems.append(str(err))
+            if str(err) not in problems:
+                problems.append(str(err))
     for config in configs:
         try:
             build_model(config, in_channels=4, num_classes=3)

@@ -11,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 
 from fglrepro.data.registry import DATASETS
 from fglrepro.methods import METHOD_MODULES
-from fglrepro.validation import config_problems, load_studies, partition_spec
+from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
 
 # Rules call the console scripts of the environment Snakemake itself runs in.
@@ -61,10 +61,11 @@ def prep_slug(data):
     return "-".join(name for name, on in flags if on) or "plain"
 
 
-def scheme_slug(study, dataset):
+def scheme_slug(study, dataset, run=None):
     """Path-safe name of a data protocol: partitioner and options, split, graphless ratio,
-    preprocessing. Equal slugs mean equal partitions, shared by every study that uses them."""
-    part = partition_spec(study, dataset)
+    preprocessing. Equal slugs mean equal partitions, shared by every study that uses them.
+    With ``run``: the partition of that run's jobs (a run may change the study's)."""
+    part = run_partition_spec(study, run, dataset)
     options = "".join(f"-{k}{v}" for k, v in sorted(part["options"].items()))
     split = part["split"]
     fractions = "-".join(f"{100 * split[key]:g}" for key in ("train", "val"))
@@ -78,11 +79,17 @@ def study_cells(study):
     return [(d, scheme_slug(s, d), k) for d in s["datasets"] for k in clients_of(s, d)]
 
 
+def study_schemes(study):
+    """``{scheme: partition block}`` of every partition ``study`` uses: its table's and those its
+    runs ask for (``runs.<run>.partition``)."""
+    s = STUDIES[study]
+    return {scheme_slug(s, d, run): run_partition_spec(s, run, d) for run in [None, *s["runs"]] for d in s["datasets"]}
+
+
 SCHEMES = {}
-for _study in STUDIES.values():
-    for _dataset in _study["datasets"]:
-        _spec = partition_spec(_study, _dataset)
-        SCHEMES[scheme_slug(_study, _dataset)] = {
+for _name, _study in STUDIES.items():
+    for _scheme, _spec in study_schemes(_name).items():
+        SCHEMES[_scheme] = {
             "prep": prep_slug(_study["data"]),
             "partition": {k: _spec[k] for k in ("partitioner", "options", "split", "graphless_ratio")},
         }
@@ -112,8 +119,8 @@ STATS_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.sta
 def study_runs(study):
     """Run JSON paths of every job of ``study``."""
     s = STUDIES[study]
-    return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme, clients=k, seed=seed)
-            for run in s["runs"] for d, scheme, k in study_cells(study) for seed in s["seeds"]]
+    return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme_slug(s, d, run), clients=k, seed=seed)
+            for run in s["runs"] for d, _, k in study_cells(study) for seed in s["seeds"]]
 
 
 def study_partition_stats(study):
@@ -225,7 +232,7 @@ def train_spec(wildcards):
         "hparams": entry["hparams"],
         "model": {**study.get("model", {}), **entry.get("model", {})},
         "train": {**study.get("train", {}), **entry.get("train", {})},
-        "evaluation": study["evaluation"],
+        "evaluation": {**study["evaluation"], **entry.get("evaluation", {})},
         "dataset": wildcards.dataset, "scheme": wildcards.scheme,
         "clients": int(wildcards.clients), "seed": int(wildcards.seed),
     }
@@ -244,7 +251,7 @@ def study_meta(study):
         "hparams": {run: entry["hparams"] for run, entry in s["runs"].items()},
         "heatmap": s["report"].get("heatmap"),
         "average": s["evaluation"].get("average", "weighted"),
-        "schemes": {scheme: partition_spec(s, d)["partitioner"] for d, scheme, _ in study_cells(study)},
+        "schemes": {scheme: spec["partitioner"] for scheme, spec in study_schemes(study).items()},
         "partitions": [
             {"dataset": d, "partitioner": partition_spec(s, d)["partitioner"], "clients": k, "seed": seed}
             for d, _, k in study_cells(study) for seed in s["seeds"]

@@ -2,7 +2,7 @@
 
     fgl-report tables --meta JSON --metrics m.csv --out-prefix results/tables/<study>
     fgl-report comparison --meta JSON --metrics m.csv --reported paper.csv --out-prefix ...
-    fgl-report figures --meta JSON --curves c.csv --out-prefix results/figures/<study>_convergence
+    fgl-report figures [--kind convergence|loss] --meta JSON --curves c.csv --out-prefix results/figures/<study>_<kind>
     fgl-report figures --kind bars|heatmap --meta JSON --metrics m.csv --out-prefix results/figures/<study>_<kind>
     fgl-report partition-stats --meta JSON [--reported stats.csv] --out-prefix results/tables/<study>.partition_stats \
         --figure-dir results/figures/<study>_partitions STATS.json...

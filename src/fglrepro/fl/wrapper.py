@@ -24,6 +24,11 @@ class MethodWrapper(FederatedMethod):
         self.clients = base.clients  # the graphs the loop evaluates on (FedSage+ mends them)
 
     @classmethod
+    def prepare(cls, federation: Federation, hparams) -> None:
+        """Change the federation (e.g. the clients' graphs) before the base method is built;
+        nothing by default."""
+
+    @classmethod
     def wrap_capabilities(cls, hparams, base: Capabilities) -> Capabilities:
         """The capabilities of this wrapper around a base with ``base``; raises
         :class:`~fglrepro.config.ConfigError` if it cannot wrap such a base. The base's by

@@ -31,6 +31,10 @@ METHOD_MODULES: dict[str, str] = {
     "opfgl": "opfgl",
     "dense": "dense",
     "coboost": "coboost",
+    "fedproto": "fedproto",
+    "fedgls": "fedgls",
+    "knn_graph": "knn_graph",
+    "fedavg_by_arch": "fedavg_by_arch",
 }
 
 _REGISTRY: dict[str, type] = {}
@@ -102,7 +106,7 @@ def check_method(spec: MethodSpec, setup: RunSetup) -> list[str]:
         problems = check_capabilities(spec.name, spec.capabilities, setup)
     except ConfigError as err:
         return [str(err)]
-    if setup.model.clients and not spec.capabilities.heterogeneous:
+    if setup.model.heterogeneous and not spec.capabilities.heterogeneous:
         problems.append(f"methods that accept different architectures: {heterogeneous_methods()}, and the "
                         "wrappers fedtad and finetune around one of them")
     level: MethodSpec | None = spec
@@ -116,7 +120,8 @@ def check_method(spec: MethodSpec, setup: RunSetup) -> list[str]:
 
 
 def build_method(spec: MethodSpec, federation: Federation) -> FederatedMethod:
-    """Construct ``spec`` on ``federation`` (a wrapper's base first)."""
+    """Construct ``spec`` on ``federation`` (a wrapper's ``prepare`` first, then its base)."""
     if spec.base is None:
         return spec.cls(federation, spec.hparams)
+    spec.cls.prepare(federation, spec.hparams)
     return spec.cls(federation, spec.hparams, build_method(spec.base, federation))

@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 from fglrepro.config import ConfigError  # noqa: E402
 
 #: figure kind -> the aggregate CSV it reads ("curves" or "metrics").
-FIGURE_INPUTS = {"convergence": "curves", "bars": "metrics", "heatmap": "metrics"}
+FIGURE_INPUTS = {"convergence": "curves", "loss": "curves", "bars": "metrics", "heatmap": "metrics"}
 
 
 def _clients_per_dataset(meta: dict) -> dict[str, list[int]]:
@@ -36,9 +36,10 @@ def _finish(fig: plt.Figure, meta: dict, legend_axes: plt.Axes | None = None) ->
     return fig
 
 
-def convergence_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
-    """Test accuracy per round: mean over seeds with a ±std band, one line per method,
-    one panel per (dataset, clients), a row of panels per dataset."""
+def convergence_figure(curves: pd.DataFrame, meta: dict, column: str = "test_acc",
+                       ylabel: str = "test accuracy (%)") -> plt.Figure:
+    """Test accuracy (or the curves' ``column``) per round: mean over seeds with a ±std band,
+    one line per method, one panel per (dataset, clients), a row of panels per dataset."""
     datasets = meta["datasets"]
     clients = _clients_per_dataset(meta)
     width = max(len(v) for v in clients.values())
@@ -51,7 +52,7 @@ def convergence_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
             ax = axes[i][j]
             panel = curves[(curves["dataset"] == dataset) & (curves["clients"] == k)]
             for label in meta["rows"]:
-                series = panel[panel["label"] == label].groupby("round")["test_acc"]
+                series = panel[panel["label"] == label].groupby("round")[column]
                 if series.ngroups == 0:
                     continue
                 mean, std = series.mean(), series.std(ddof=0).fillna(0)
@@ -62,8 +63,13 @@ def convergence_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
             if i == len(datasets) - 1:
                 ax.set_xlabel("round")
             if j == 0:
-                ax.set_ylabel("test accuracy (%)")
+                ax.set_ylabel(ylabel)
     return _finish(fig, meta, axes[0][0])
+
+
+def loss_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
+    """Training loss per round (the clients' mean last local loss), as :func:`convergence_figure`."""
+    return convergence_figure(curves, meta, column="train_loss", ylabel="training loss")
 
 
 def _ok_runs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -209,4 +215,4 @@ def heatmap_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
     return _finish(fig, meta)
 
 
-FIGURES = {"convergence": convergence_figure, "bars": bars_figure, "heatmap": heatmap_figure}
+FIGURES = {"convergence": convergence_figure, "loss": loss_figure, "bars": bars_figure, "heatmap": heatmap_figure}

@@ -146,7 +146,8 @@ def comparison_markdown(table: pd.DataFrame, title: str, decimals: int) -> str:
              "| Method | Dataset | Clients | Metric | Reported | Reproduced | Δ | Seeds ok |",
              "|---|---|---:|---|---:|---:|---:|---:|"]
     for _, r in table.iterrows():
-        reported = f"{fmt(r.reported_mean)} ± {fmt(r.reported_std)}" if pd.notna(r.reported_mean) else "n/a"
+        spread = f" ± {fmt(r.reported_std)}" if pd.notna(r.reported_std) else ""  # some tables print no std
+        reported = f"{fmt(r.reported_mean)}{spread}" if pd.notna(r.reported_mean) else "n/a"
         reproduced = (f"{fmt(r.reproduced_mean)} ± {fmt(r.reproduced_std)}" if r.n_ok
                       else r.status.upper())
         delta = f"{r.delta:+.{decimals}f}" if pd.notna(r.delta) else ""
