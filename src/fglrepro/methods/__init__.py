@@ -31,6 +31,15 @@ METHOD_MODULES: dict[str, str] = {
     "opfgl": "opfgl",
     "dense": "dense",
     "coboost": "coboost",
+    # FedGKC's baselines (heterogeneous: Tables 1-2; homogeneous: Table 3)
+    "lg_fedavg": "lg_fedavg",
+    "fml": "fml",
+    "fedkd": "fedkd",
+    "fedtgp": "fedtgp",
+    "fedppn": "fedppn",
+    "fiarse": "fiarse",
+    "fgssl": "fgssl",
+    "adafgl": "adafgl",
 }
 
 _REGISTRY: dict[str, type] = {}
