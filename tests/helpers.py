@@ -42,9 +42,10 @@ def assert_refused(problems: list[str], pattern: str) -> None:
 def make_method(
     data, name: str, hparams: dict | None = None, *, seed: int = 0, num_clients: int = 3,
     model: ModelConfig | None = None, evaluation: EvalConfig | None = None, unbalanced: bool = False,
-    **train,
+    partition: PartitionSpec = SPEC, **train,
 ) -> FederatedMethod:
-    """Method ``name`` with ``hparams`` on a ``num_clients``-client Metis partition of ``data``.
+    """Method ``name`` with ``hparams`` on a ``num_clients``-client partition of ``data``
+    (``partition``, by default :data:`SPEC`).
 
     Built as ``fgl-train`` builds it: :func:`~fglrepro.methods.resolve_method`, then
     :func:`~fglrepro.methods.check_method` (its problems raise :class:`ConfigError`; checked
@@ -64,7 +65,7 @@ def make_method(
     problems = check_method(spec, RunSetup(schedule, config, evaluation or EvalConfig(model="local")))
     if problems:
         raise ConfigError("; ".join(problems))
-    part = build_partition(data, SPEC, num_clients, seed=seed)
+    part = build_partition(data, partition, num_clients, seed=seed)
     if unbalanced:
         part = dataclasses.replace(part, **{
             field: [getattr(part, field)[0][:15]] + getattr(part, field)[1:]
@@ -72,8 +73,8 @@ def make_method(
         })
     clients = build_clients(data, part, torch.device("cpu"))
     net = build_model(config, data.num_features, data.num_classes)
-    zoo = [build_model(config.for_client(k), data.num_features, data.num_classes)
-           for k in range(len(clients))] if config.clients else None
+    zoo = [build_model(config.for_client(k, client.graphless), data.num_features, data.num_classes)
+           for k, client in enumerate(clients)] if config.heterogeneous else None
     federation = Federation(clients=clients, model=net, train=schedule,
                             generator=torch.Generator().manual_seed(seed), client_models=zoo)
     return build_method(spec, federation)

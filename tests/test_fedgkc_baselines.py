@@ -112,7 +112,7 @@ def test_head_methods_need_readout_and_one_width():
     assert_refused(method_problems("lg_fedavg", model=ModelConfig(hidden=16)), "needs a linear head")
     widths = ModelConfig(readout=True, clients=[{"hidden": 8}, {"hidden": 16}])
     for name in ("lg_fedavg", "fedtgp", "fedppn"):
-        assert_refused(method_problems(name, model=widths), "one hidden width")
+        assert_refused(method_problems(name, model=widths), "one embedding width")
     assert method_problems("lg_fedavg", model=ZOO, evaluation=EvalConfig(model="local")) == []
 
 
@@ -183,32 +183,31 @@ def test_fedkd_energy_grows_linearly_over_the_rounds(sbm):
 
 # ---- prototypes (shared by FedTGP, FedPPN) ---------------------------------------------------
 
-def test_class_prototypes_and_their_average_by_hand():
-    hidden = torch.tensor([[1.0, 0.0], [3.0, 2.0], [0.0, 4.0], [9.0, 9.0]])
-    labels, mask = torch.tensor([0, 0, 2, 2]), torch.tensor([True, True, True, False])
-    protos, counts = proto.class_prototypes(hidden, labels, mask, 3)
-    assert torch.equal(protos, torch.tensor([[2.0, 1.0], [0.0, 0.0], [0.0, 4.0]]))
-    assert torch.equal(counts, torch.tensor([2.0, 0.0, 1.0]))
-    other = (torch.tensor([[4.0, 4.0], [1.0, 1.0], [0.0, 0.0]]), torch.tensor([5.0, 1.0, 0.0]))
-    mean, present = proto.average_prototypes([protos, other[0]], [counts, other[1]])
+def test_plain_and_weighted_prototype_averages_by_hand():
+    hidden = torch.tensor([[1.0, 0.0], [3.0, 2.0], [0.0, 4.0]])
+    classes, protos, counts = proto.class_prototypes(hidden, torch.tensor([0, 0, 2]), 3)
+    assert classes.tolist() == [0, 2] and counts.tolist() == [2.0, 1.0]
+    assert torch.equal(protos, torch.tensor([[2.0, 1.0], [0.0, 4.0]]))
+    other = {"classes": torch.tensor([0, 1]), "prototypes": torch.tensor([[4.0, 4.0], [1.0, 1.0]])}
+    mine = {"classes": classes, "prototypes": protos}
+    mean, present = proto.average_prototypes(proto.plain_mean_parts([mine, other]), 3, 2)
     assert present.tolist() == [True, True, True]
     assert torch.allclose(mean, torch.tensor([[3.0, 2.5], [1.0, 1.0], [0.0, 4.0]]))
-    weighted, _ = proto.average_prototypes([protos, other[0]], [counts, other[1]], weights=[1.0, 3.0])
-    assert torch.allclose(weighted[0], (torch.tensor([2.0, 1.0]) + 3 * torch.tensor([4.0, 4.0])) / 4)
-    packed = proto.pack_prototypes(protos, counts)
-    assert packed["classes"].tolist() == [0, 2]
-    restored, reported = proto.unpack_prototypes(packed, 3)
-    assert torch.equal(restored, protos) and reported.tolist() == [1.0, 0.0, 1.0]
+    parts = [(classes, protos, counts), (other["classes"], other["prototypes"], torch.tensor([6.0, 1.0]))]
+    weighted, _ = proto.average_prototypes(parts, 3, 2)
+    assert torch.allclose(weighted[0], (2 * torch.tensor([2.0, 1.0]) + 6 * torch.tensor([4.0, 4.0])) / 8)
+    _, absent = proto.average_prototypes([(other["classes"], other["prototypes"], torch.ones(2))], 3, 2)
+    assert absent.tolist() == [True, True, False]
 
 
 def test_prototype_alignment_loss_is_the_per_class_mse_summed():
     hidden = torch.tensor([[1.0, 1.0], [3.0, 1.0], [0.0, 2.0]])
-    labels, mask = torch.tensor([0, 0, 1]), torch.ones(3, dtype=torch.bool)
+    labels = torch.tensor([0, 0, 1])
     protos = torch.tensor([[2.0, 1.0], [0.0, 0.0]])
     expected = (0.5 + 0.5) / 2 + 2.0                     # class 0: mean of 1/2, 1/2; class 1: 4/2
-    assert torch.isclose(proto.prototype_alignment_loss(hidden, labels, mask, protos, torch.tensor([True, True])),
+    assert torch.isclose(proto.prototype_alignment_loss(hidden, labels, protos, torch.tensor([True, True])),
                          torch.tensor(expected))
-    only_zero = proto.prototype_alignment_loss(hidden, labels, mask, protos, torch.tensor([True, False]))
+    only_zero = proto.prototype_alignment_loss(hidden, labels, protos, torch.tensor([True, False]))
     assert torch.isclose(only_zero, torch.tensor(0.5))
 
 
@@ -235,8 +234,7 @@ def test_fedtgp_uploads_class_means_and_trains_separated_global_prototypes(sbm):
     before = proto.margin_contrastive_loss(local, labels, method.tgp().detach(), 0.0)
     method.server_update(1, uploads)
     assert proto.margin_contrastive_loss(local, labels, method.global_prototypes, 0.0) < before
-    average, present = proto.average_prototypes(*zip(*(proto.unpack_prototypes(u.extras, 4)
-                                                        for u in uploads.values())))
+    average, present = proto.average_prototypes(proto.plain_mean_parts(u.extras for u in uploads.values()), 4, 16)
     gaps = [min(float((average[i] - average[j]).norm()) for j in range(4) if j != i and present[j])
             for i in range(4) if present[i]]
     assert method.margin == pytest.approx(min(max(gaps), 100.0), rel=1e-5)

@@ -135,7 +135,7 @@ def test_sgc_readout_is_a_head_on_the_propagated_encoding():
 
 
 def test_readout_and_jk_errors_name_the_key_and_the_valid_choices():
-    with pytest.raises(ConfigError, match=r"model.readout applies to \['gcn', 'gat', 'sage', 'gin', 'sgc'\]"):
+    with pytest.raises(ConfigError, match=r"model.readout applies to \['gcn', 'gat', 'sage', 'gin', 'sgc', 'mlp'\]"):
         build_model(ModelConfig(arch="appnp", readout=True), 5, 3)
     with pytest.raises(ConfigError, match=r"model.jk = 'max' \(arch 'gat'\).*\['cat', 'max'\]"):
         build_model(ModelConfig(arch="gat", readout=True, jk="max"), 5, 3)

@@ -122,6 +122,8 @@ class ModelConfig:
         the readout); ``None``: none.
     clients: per-client overrides of the other keys; client k uses ``clients[k % len]``
         (O-pFGL Tables 11-12). Empty: every client uses this block.
+    graphless: overrides that graphless clients take on top of that (``{arch: mlp}``: a GCN
+        on clients with edges, an MLP on the others, as FedGLS's Fed-GNNMLP and FedProto).
     """
 
     arch: str = "gcn"
@@ -133,17 +135,40 @@ class ModelConfig:
     alpha: float | None = None
     jk: str | None = None
     clients: list = dataclasses.field(default_factory=list)
+    graphless: dict = dataclasses.field(default_factory=dict)
 
-    def for_client(self, k: int) -> "ModelConfig":
-        """The configuration of client ``k``'s model."""
-        if not self.clients:
-            return self
-        override = self.clients[k % len(self.clients)]
-        if not isinstance(override, Mapping) or "clients" in override:
-            raise ConfigError(f"model.clients[{k % len(self.clients)}] must be a mapping of model keys "
-                              f"other than 'clients', got {override!r}")
-        base = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clients"}
-        return from_dict(ModelConfig, {**base, **override}, f"model.clients[{k % len(self.clients)}]")
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether clients may get different architectures (``clients`` or ``graphless`` set)."""
+        return bool(self.clients or self.graphless)
+
+    def for_client(self, k: int, graphless: bool = False) -> "ModelConfig":
+        """The configuration of client ``k``'s model (``graphless``: the client has no edges)."""
+        config = self
+        if self.clients:
+            config = self._override(self.clients[k % len(self.clients)], f"model.clients[{k % len(self.clients)}]")
+        if graphless and self.graphless:
+            config = config._override(self.graphless, "model.graphless")
+        return config
+
+    def variants(self) -> list["ModelConfig"]:
+        """Every distinct configuration a client can get (each ``clients`` entry, with and
+        without edges)."""
+        out = []
+        for k in range(max(1, len(self.clients))):
+            for graphless in (False, True):
+                config = self.for_client(k, graphless)
+                if config not in out:
+                    out.append(config)
+        return out
+
+    def _override(self, values: Any, where: str) -> "ModelConfig":
+        """This block without ``clients``/``graphless``, updated by the mapping ``values``."""
+        nested = ("clients", "graphless")
+        if not isinstance(values, Mapping) or any(key in values for key in nested):
+            raise ConfigError(f"{where} must be a mapping of model keys other than {list(nested)}, got {values!r}")
+        base = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
+        return from_dict(ModelConfig, {**base, **values}, where)
 
 
 ENGINES = ("auto", "sequential", "vectorised")

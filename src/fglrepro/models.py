@@ -202,6 +202,51 @@ class PyGNet(ConvStack):
         return edge_index_of(adj)
 
 
+class MLP(nn.Module):
+    """``layers``-layer perceptron with the interface of :class:`GCN` (``adj`` is ignored):
+    the feature encoder of FedGLS (eq. 20, ``H = σ(X W1) W2``) and the model of graphless
+    clients in its baselines (Fed-MLP, Fed-GNNMLP, FedProto).
+
+    Layer for layer it is :class:`GCN` with the identity as graph operator: ReLU and dropout
+    after every layer but the last (after every layer with ``readout=True``, which appends a
+    linear classifier). Linear layers use torch's default initialisation.
+
+    Args:
+        in_channels: F. hidden: width of hidden layers. out_channels: C (or the embedding
+            width when used as an encoder). layers: number of linear layers (>= 1).
+        dropout: dropout probability on hidden representations.
+        readout: append a linear classifier ``hidden -> out_channels``.
+    """
+
+    def __init__(
+        self, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
+        dropout: float = 0.5, readout: bool = False,
+    ) -> None:
+        super().__init__()
+        if layers < 1:
+            raise ConfigError(f"model.layers must be >= 1, got {layers}")
+        widths = [in_channels] + [hidden] * (layers - 1) + [hidden if readout else out_channels]
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.readout = nn.Linear(hidden, out_channels) if readout else None
+        self.layers, self.hidden, self.dropout = layers, hidden, dropout
+
+    def forward(self, x: Tensor, adj: Tensor | None = None,
+                return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]`` -> ``[n, C]``; with ``return_hidden`` also the input of the last layer
+        (with readout: the ``[n, hidden]`` embedding), as ``(hidden, logits)``."""
+        hidden = x
+        for i, lin in enumerate(self.lins):
+            if i == len(self.lins) - 1:
+                hidden = x
+            x = lin(x)
+            if i < len(self.lins) - 1 or self.readout is not None:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+        if self.readout is not None:
+            hidden = x
+            x = self.readout(x)
+        return (hidden, x) if return_hidden else x
+
+
 def propagate(x: Tensor, adj: Tensor, hops: int) -> list[Tensor]:
     """``[Â x, Â² x, ..., Â^hops x]`` for the normalised sparse ``adj [n, n]``, ``x [n, F]``."""
     out = []
@@ -279,9 +324,9 @@ class APPNPNet(nn.Module):
 
 
 MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sgc": SGC, "ssgc": SSGC, "appnp": APPNPNet, "gat": PyGNet,
-                                      "sage": PyGNet, "gin": PyGNet}
+                                      "sage": PyGNet, "gin": PyGNet, "mlp": MLP}
 #: architectures with a READOUT option (``model.readout``).
-READOUT_ARCHS = ("gcn", "gat", "sage", "gin", "sgc")
+READOUT_ARCHS = ("gcn", "gat", "sage", "gin", "sgc", "mlp")
 JK_MODES = ("cat", "max")
 
 
@@ -298,13 +343,16 @@ def build_model(config: ModelConfig, in_channels: int, num_classes: int) -> nn.M
             raise ConfigError("model.jk needs model.readout: true (the linear layer after the layers' combination)")
     if config.readout and config.arch not in READOUT_ARCHS:
         raise ConfigError(f"model.readout applies to {list(READOUT_ARCHS)}, not {config.arch!r}")
-    if config.arch in ("gcn", "gat", "sage", "gin"):
+    if config.arch in ("gcn", "gat", "sage", "gin", "mlp"):
         if config.hops is not None or config.alpha is not None:
             raise ConfigError(f"model.hops and model.alpha apply to 'sgc', 'ssgc' and 'appnp', not {config.arch!r}; "
                               f"use model.layers for the depth of a {config.arch.upper()}")
         if config.arch == "gcn":
             return GCN(in_channels, config.hidden, num_classes, layers=config.layers, dropout=config.dropout,
                        readout=config.readout, jk=config.jk)
+        if config.arch == "mlp":
+            return MLP(in_channels, config.hidden, num_classes, layers=config.layers, dropout=config.dropout,
+                       readout=config.readout)
         return PyGNet(config.arch, in_channels, config.hidden, num_classes, layers=config.layers,
                       dropout=config.dropout, readout=config.readout)
     extra = {key: value for key, value in (("hops", config.hops), ("alpha", config.alpha)) if value is not None}

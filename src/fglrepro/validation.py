@@ -450,16 +450,17 @@ def _variant_problems(
 
 
 def _model_problems(model: ModelConfig) -> list[str]:
-    """Problems that building the model (each client's, for a heterogeneous zoo) raises."""
+    """Problems that building the model (each client's, with and without edges, for a
+    heterogeneous zoo) raises."""
     from fglrepro.models import build_model
 
-    configs = [model] if not model.clients else []
-    problems = []
-    for k in range(len(model.clients)):
+    configs, problems = [], []
+    for k, graphless in [(k, g) for k in range(max(1, len(model.clients))) for g in (False, True)]:
         try:
-            configs.append(model.for_client(k))
+            configs.append(model.for_client(k, graphless))
         except ConfigError as err:
-            problems.append(str(err))
+            if str(err) not in problems:
+                problems.append(str(err))
     for config in configs:
         try:
             build_model(config, in_channels=4, num_classes=3)

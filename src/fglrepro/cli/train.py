@@ -133,9 +133,9 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     clients = build_clients(graph, partition, device)
     model = build_model(model_cfg, graph.num_features, graph.num_classes).to(device)
     client_models = [
-        build_model(model_cfg.for_client(k), graph.num_features, graph.num_classes).to(device)
-        for k in range(len(clients))
-    ] if model_cfg.clients else None
+        build_model(model_cfg.for_client(k, client.graphless), graph.num_features, graph.num_classes).to(device)
+        for k, client in enumerate(clients)
+    ] if model_cfg.heterogeneous else None
     federation = Federation(clients=clients, model=model, train=train_cfg,
                             generator=torch.Generator().manual_seed(seed), client_models=client_models)
     engine, evaluator = "sequential", evaluate_each

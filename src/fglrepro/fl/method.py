@@ -98,7 +98,8 @@ class Capabilities:
         global_model: clients hold a server model to test (``evaluation.model: global``).
         server_models: the server keeps models that clients receive, which a server-side
             plug-in (FedTAD) can refine.
-        heterogeneous: clients may have different architectures (``model.clients``).
+        heterogeneous: clients may have different architectures (``model.clients``,
+            ``model.graphless``).
         one_shot: a single communication round (``train.rounds`` must be 1).
         vectorised: the local step can run on the vectorised engine (homogeneous GCNs).
     """
@@ -340,8 +341,9 @@ class ParameterAveraging(FederatedMethod):
 def check_capabilities(name: str, caps: Capabilities, setup: RunSetup) -> list[str]:
     """Problems of running a method with capabilities ``caps`` under ``setup`` (empty if none)."""
     problems = []
-    if setup.model.clients and not caps.heterogeneous:
-        problems.append(f"method {name!r} needs the same architecture on every client; remove model.clients")
+    if setup.model.heterogeneous and not caps.heterogeneous:
+        problems.append(f"method {name!r} needs the same architecture on every client; "
+                        "remove model.clients and model.graphless")
     if setup.evaluation.model == "global" and not caps.global_model:
         problems.append(f"method {name!r} has no global model to evaluate; set evaluation.model to 'local'")
     if caps.one_shot and setup.train.rounds != 1:
@@ -357,7 +359,7 @@ def vectorised_obstacle(caps: Capabilities, model: ModelConfig) -> str | None:
     """Why the vectorised engine cannot run a method with ``caps`` on ``model``, or None."""
     if not caps.vectorised:
         return "the method has no vectorised local step"
-    if model.clients:
+    if model.heterogeneous:
         return "clients have different architectures"
     if model.arch != "gcn":
         return f"model.arch {model.arch!r} (the engine runs 'gcn')"

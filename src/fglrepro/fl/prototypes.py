@@ -1,14 +1,14 @@
-"""Class prototypes: the knowledge carrier of prototype-based heterogeneous FL (FedTGP, FedPPN).
+"""Class prototypes: per-class mean embeddings of a client and their weighted average on the
+server (FedProto, Tan et al., AAAI 2022; also the knowledge carrier of FedTGP and FedPPN).
 
-A client summarises class ``c`` by the mean ``p_k^c`` of the hidden embeddings (the input of
-the linear head, one common width ``d`` for every architecture) of its training nodes of
-that class; a class without training nodes is not reported. The server combines the clients'
-prototypes class by class over the clients that report the class.
+A client's prototype of class ``c`` is the mean hidden embedding (the input of the linear
+head, one common width ``d`` for every architecture) of its training nodes of class ``c``;
+a class without training nodes is not reported.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -17,68 +17,68 @@ from torch import Tensor, nn
 from fglrepro.fl.clients import ClientData
 
 
-def class_prototypes(hidden: Tensor, labels: Tensor, mask: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
-    """Per-class means of the rows of ``hidden [n, d]`` selected by ``mask [n]``, grouped by
-    ``labels [n]``.
+def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean of the rows of ``hidden [n, d]`` per class of ``labels [n]``.
 
-    Returns ``(prototypes [C, d], counts [C])``; a class without selected rows has count 0
-    and a zero prototype.
+    Returns ``(classes [m], prototypes [m, d], counts [m])`` for the m classes present in
+    ``labels`` (ascending), ``counts`` as float.
     """
-    rows, classes = hidden[mask], labels[mask]
-    counts = torch.bincount(classes, minlength=num_classes).to(hidden.dtype)
-    sums = torch.zeros(num_classes, hidden.size(1), dtype=hidden.dtype, device=hidden.device)
-    sums.index_add_(0, classes, rows)
-    return sums / counts.clamp(min=1).unsqueeze(1), counts
+    counts = torch.bincount(labels, minlength=num_classes)
+    classes = counts.nonzero().flatten()
+    sums = hidden.new_zeros(num_classes, hidden.size(1)).index_add_(0, labels, hidden)
+    present = counts[classes].to(hidden.dtype)
+    return classes, sums[classes] / present.unsqueeze(1), present
 
 
 @torch.no_grad()
-def client_prototypes(model: nn.Module, client: ClientData) -> tuple[Tensor, Tensor]:
-    """:func:`class_prototypes` of the client's training nodes from ``model``'s hidden
-    embeddings in evaluation mode: ``([C, d], counts [C])``."""
+def client_prototypes(model: nn.Module, client: ClientData) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`class_prototypes` of the client's training nodes, from ``model``'s hidden
+    embeddings in evaluation mode."""
     model.eval()
     hidden = model(client.x, client.adj, return_hidden=True)[0]
-    return class_prototypes(hidden, client.y, client.train_mask, client.num_classes)
+    return class_prototypes(hidden[client.train_mask], client.y[client.train_mask], client.num_classes)
 
 
 def average_prototypes(
-    prototypes: Sequence[Tensor], counts: Sequence[Tensor], weights: Sequence[float] | None = None,
+    parts: list[tuple[Tensor, Tensor, Tensor]], num_classes: int, dim: int,
 ) -> tuple[Tensor, Tensor]:
-    r"""Global prototypes from K clients' ``prototypes`` (each ``[C, d]``) and ``counts``
-    (each ``[C]``):
+    """Server step: ``p_c = sum_k w_k^c p_k^c / sum_k w_k^c`` over the clients that report
+    class c, from the clients' ``(classes [m], prototypes [m, d], weights [m])``: FedProto
+    weighs by the class's node counts (the ``counts`` of :func:`class_prototypes`), FedTGP's
+    and FedPPN's servers take the plain mean (weights 1).
 
-    .. math:: \bar p^c = \frac{\sum_{k: N_k^c > 0} w_k p_k^c}{\sum_{k: N_k^c > 0} w_k},
-
-    with ``weights`` ``w_k`` (``None``: 1 per client, the plain mean over the clients that
-    report the class, as FedPPN's and FedTGP's servers compute it).
-
-    Returns ``(global prototypes [C, d], present [C] bool)``; a class no client reports is
-    not present and has a zero prototype.
+    Returns ``(prototypes [C, dim], present [C] bool)``; rows of classes no client reports are 0.
     """
-    stacked = torch.stack(list(prototypes))                       # [K, C, d]
-    reports = torch.stack(list(counts)) > 0                       # [K, C]
-    w = torch.ones(len(prototypes)) if weights is None else torch.as_tensor(weights, dtype=torch.float64)
-    w = reports.to(torch.float64) * w.to(torch.float64).unsqueeze(1)  # [K, C]
-    total = w.sum(dim=0)                                          # [C]
-    mean = (w.unsqueeze(2) * stacked.to(torch.float64)).sum(dim=0) / total.clamp(min=1e-300).unsqueeze(1)
-    return mean.to(stacked.dtype), total > 0
+    sums = torch.zeros(num_classes, dim, dtype=torch.float64)
+    totals = torch.zeros(num_classes, dtype=torch.float64)
+    for classes, prototypes, weights in parts:
+        classes, weights = classes.cpu(), weights.cpu().to(torch.float64)
+        sums.index_add_(0, classes, weights.unsqueeze(1) * prototypes.cpu().to(torch.float64))
+        totals.index_add_(0, classes, weights)
+    present = totals > 0
+    sums[present] /= totals[present].unsqueeze(1)
+    return sums.to(torch.float32), present
 
 
-def prototype_alignment_loss(hidden: Tensor, labels: Tensor, mask: Tensor, prototypes: Tensor,
-                             present: Tensor) -> Tensor:
-    r"""OpenFGL's FedProto / FedTGP regulariser: the sum over classes ``c`` with a global
-    prototype of the mean squared error between the embeddings of the client's selected
-    nodes of class ``c`` and ``\bar p^c``:
+def plain_mean_parts(messages: Iterable[dict[str, Tensor]]) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """``(classes, prototypes, 1)`` of each uploaded ``{"classes", "prototypes"}``: the parts
+    of the plain per-class mean (:func:`average_prototypes`) of FedTGP's and FedPPN's servers."""
+    return [(m["classes"], m["prototypes"], torch.ones(m["classes"].numel())) for m in messages]
 
-    .. math:: \sum_c \frac{1}{N^c d} \sum_{i: y_i = c} \lVert h_i - \bar p^c \rVert^2.
 
-    ``hidden [n, d]``, ``labels [n]``, ``mask [n]``, ``prototypes [C, d]``, ``present [C]``.
+def prototype_alignment_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, present: Tensor) -> Tensor:
+    r"""OpenFGL's FedTGP (and FedProto) regulariser: the sum over classes ``c`` with a global
+    prototype of the mean squared error between the embeddings of class ``c`` and ``p_c``:
+
+    .. math:: \sum_c \frac{1}{N^c d} \sum_{i: y_i = c} \lVert h_i - p_c \rVert^2,
+
+    ``hidden [m, d]``, ``labels [m]``, ``prototypes [C, d]``, ``present [C]`` bool.
     """
-    rows, classes = hidden[mask], labels[mask]
-    keep = present[classes]
-    rows, classes = rows[keep], classes[keep]
+    keep = present[labels]
+    rows, classes = hidden[keep], labels[keep]
     if classes.numel() == 0:
         return hidden.sum() * 0.0
-    errors = (rows - prototypes[classes]).pow(2).mean(dim=1)       # [m] per-node MSE
+    errors = (rows - prototypes[classes]).pow(2).mean(dim=1)       # [m'] per-node MSE
     counts = torch.bincount(classes, minlength=prototypes.size(0)).to(errors.dtype)
     return (errors / counts[classes]).sum()
 
@@ -89,21 +89,3 @@ def margin_contrastive_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, 
     margin); ``hidden [m, d]``, ``labels [m]``, ``prototypes [C, d]``."""
     distance = torch.cdist(hidden, prototypes) + margin * F.one_hot(labels, prototypes.size(0)).to(hidden.dtype)
     return F.cross_entropy(-distance, labels)
-
-
-def pack_prototypes(prototypes: Tensor, counts: Tensor) -> dict[str, Tensor]:
-    """What a client sends: the prototypes of the classes it has (``[C', d]``) and their
-    class ids (``[C']``)."""
-    classes = torch.nonzero(counts > 0).flatten()
-    return {"prototypes": prototypes[classes], "classes": classes}
-
-
-def unpack_prototypes(message: dict[str, Tensor], num_classes: int) -> tuple[Tensor, Tensor]:
-    """Inverse of :func:`pack_prototypes`: ``(prototypes [C, d], reported [C])`` with zero
-    rows and 0 for the classes not sent."""
-    sent, classes = message["prototypes"], message["classes"]
-    prototypes = sent.new_zeros(num_classes, sent.size(1))
-    prototypes[classes] = sent
-    reported = torch.zeros(num_classes, dtype=sent.dtype, device=sent.device)
-    reported[classes] = 1.0
-    return prototypes, reported

@@ -31,6 +31,7 @@ METHOD_MODULES: dict[str, str] = {
     "opfgl": "opfgl",
     "dense": "dense",
     "coboost": "coboost",
+    "fedproto": "fedproto",
     # FedGKC's baselines (heterogeneous: Tables 1-2; homogeneous: Table 3)
     "lg_fedavg": "lg_fedavg",
     "fml": "fml",
@@ -111,7 +112,7 @@ def check_method(spec: MethodSpec, setup: RunSetup) -> list[str]:
         problems = check_capabilities(spec.name, spec.capabilities, setup)
     except ConfigError as err:
         return [str(err)]
-    if setup.model.clients and not spec.capabilities.heterogeneous:
+    if setup.model.heterogeneous and not spec.capabilities.heterogeneous:
         problems.append(f"methods that accept different architectures: {heterogeneous_methods()}, and the "
                         "wrappers fedtad and finetune around one of them")
     level: MethodSpec | None = spec

@@ -24,7 +24,7 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.heterogeneous import linear_head, require_common_head
 from fglrepro.fl.method import FederatedMethod, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import average_prototypes, client_prototypes, pack_prototypes, unpack_prototypes
+from fglrepro.fl.prototypes import average_prototypes, client_prototypes, plain_mean_parts
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
 
@@ -126,14 +126,16 @@ class FedPPN(FederatedMethod):
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """Local prototypes of the classes with training nodes (evaluation mode), no parameters."""
-        prototypes, counts = client_prototypes(self.states[k].model, self.clients[k])
-        return Upload(params={}, extras=pack_prototypes(prototypes, counts), weight=float(self.clients[k].num_nodes),
-                      loss=loss)
+        classes, prototypes, _ = client_prototypes(self.states[k].model, self.clients[k])
+        return Upload(params={}, extras={"classes": classes, "prototypes": prototypes},
+                      weight=float(self.clients[k].num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
-        num_classes = self.clients[0].num_classes
-        self.global_prototypes = average_prototypes(*zip(*(unpack_prototypes(u.extras, num_classes)
-                                                           for u in uploads.values())))
+        """Plain per-class mean of the uploaded prototypes (the code's ``_proto_aggregation``)."""
+        client, messages = self.clients[0], [u.extras for u in uploads.values()]
+        width = messages[0]["prototypes"].size(1)
+        prototypes, present = average_prototypes(plain_mean_parts(messages), client.num_classes, width)
+        self.global_prototypes = prototypes.to(client.x.device), present.to(client.x.device)
 
     def download_bytes(self, k: int) -> int:
         prototypes, present = self.global_prototypes

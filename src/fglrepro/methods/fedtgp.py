@@ -28,9 +28,8 @@ from fglrepro.fl.prototypes import (
     average_prototypes,
     client_prototypes,
     margin_contrastive_loss,
-    pack_prototypes,
+    plain_mean_parts,
     prototype_alignment_loss,
-    unpack_prototypes,
 )
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
@@ -95,7 +94,7 @@ class FedTGP(FederatedMethod):
     def __init__(self, federation: Federation, hparams: FedTGPHparams) -> None:
         super().__init__(federation, hparams)
         client = self.clients[0]
-        width = client_prototypes(self.states[0].model, client)[0].size(1)
+        width = client_prototypes(self.states[0].model, client)[1].size(1)
         self.num_classes = client.num_classes
         self.tgp = TrainableGlobalPrototypes(self.num_classes, width).to(client.x.device)
         self.optimizer = torch.optim.Adam(self.tgp.parameters(), lr=hparams.server_lr,
@@ -117,25 +116,25 @@ class FedTGP(FederatedMethod):
 
         def loss() -> Tensor:
             hidden, logits = model(client.x, client.adj, return_hidden=True)
-            alignment = prototype_alignment_loss(hidden, client.y, mask, prototypes, present)
+            alignment = prototype_alignment_loss(hidden[mask], client.y[mask], prototypes, present)
             return F.cross_entropy(logits[mask], client.y[mask]) + lam * alignment
 
         return loss
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """Local prototypes of the classes with training nodes, no parameters."""
-        prototypes, counts = client_prototypes(self.states[k].model, self.clients[k])
-        return Upload(params={}, extras=pack_prototypes(prototypes, counts), weight=float(self.clients[k].num_nodes),
-                      loss=loss)
+        classes, prototypes, _ = client_prototypes(self.states[k].model, self.clients[k])
+        return Upload(params={}, extras={"classes": classes, "prototypes": prototypes},
+                      weight=float(self.clients[k].num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         """Adaptive margin from the averaged prototypes, then ``server_epochs`` steps of the
         margin contrastive loss over all uploaded prototypes."""
-        messages = [unpack_prototypes(u.extras, self.num_classes) for u in uploads.values()]
-        average, present = average_prototypes(*zip(*messages))
+        messages = [u.extras for u in uploads.values()]
+        local = torch.cat([m["prototypes"] for m in messages])
+        labels = torch.cat([m["classes"] for m in messages])
+        average, present = average_prototypes(plain_mean_parts(messages), self.num_classes, local.size(1))
         self.margin = adaptive_margin(average, present, self.hparams.margin_threshold)
-        local = torch.cat([u.extras["prototypes"] for u in uploads.values()])
-        labels = torch.cat([u.extras["classes"] for u in uploads.values()])
         self.tgp.train()
         for _ in range(self.hparams.server_epochs):
             self.optimizer.zero_grad(set_to_none=True)

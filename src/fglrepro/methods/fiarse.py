@@ -30,7 +30,6 @@ from torch.func import functional_call
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of
-from fglrepro.fl.heterogeneous import client_configs
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.methods import register
 
@@ -130,7 +129,7 @@ class FIARSE(FederatedMethod):
 
     @classmethod
     def check_protocol(cls, hparams, setup: RunSetup) -> None:
-        archs = sorted({c.arch for c in client_configs(setup.model)} - set(SCALE_ARCHS))
+        archs = sorted({c.arch for c in setup.model.variants()} - set(SCALE_ARCHS))
         if archs:
             raise ConfigError(f"method 'fiarse' extracts submodels of one model of varying scale (FedGKC Table 2: "
                               f"{list(SCALE_ARCHS)}); model.clients has architectures {archs}")
