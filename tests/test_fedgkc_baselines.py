@@ -422,3 +422,25 @@ def test_adafgl_needs_rounds_after_fedavg():
     assert_refused(method_problems("adafgl", {"fedavg_rounds": 3}, rounds=3), "train.rounds must be larger")
     with pytest.raises(ConfigError, match="fedavg_rounds"):
         method_problems("adafgl", {"fedavg_rounds": 0})
+
+
+# ---- FedGKC's zoos ---------------------------------------------------------------------------
+
+#: FedGKC Table 1 (client k takes architecture k mod 5) and Table 2 (model scales, JK GCNs).
+DIVERGENT = ModelConfig(hidden=16, readout=True, clients=[{"arch": a} for a in ("gcn", "gat", "sage", "gin", "sgc")])
+MODEL_SCALES = ModelConfig(hidden=16, readout=True, clients=[
+    {"arch": "sgc", "hops": 2}, {"layers": 2}, *({"layers": n, "jk": "max"} for n in (4, 6, 8))])
+
+
+@pytest.mark.parametrize("name", ["lg_fedavg", "fml", "fedkd", "fedtgp", "fedppn", "fedproto"])
+@pytest.mark.parametrize("zoo", [DIVERGENT, MODEL_SCALES], ids=["divergent", "scales"])
+def test_heterogeneous_baselines_run_on_fedgkc_zoos(sbm, name, zoo):
+    method = run(sbm, name, model=zoo, num_clients=5, rounds=2)
+    archs = {type(m).__name__ for m in client_models(method)}
+    assert len(archs) >= 2
+
+
+def test_fiarse_runs_on_the_model_scales_and_refuses_divergent_architectures(sbm):
+    method = run(sbm, "fiarse", model=MODEL_SCALES, num_clients=5, rounds=2)
+    assert len(method.global_model.convs) == 8 and method.sizes[4] == 1.0 and method.sizes[0] < method.sizes[1]
+    assert_refused(method_problems("fiarse", model=DIVERGENT), r"architectures \['gat', 'gin', 'sage'\]")

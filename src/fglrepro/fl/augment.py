@@ -1,5 +1,5 @@
-"""Perturbed views of a client graph: edge removal and feature masking (GRACE-style, as
-FGSSL's code draws its weak and strong views: ``EdgeRemoving(pe)`` + ``FeatureMasking(pf)``)."""
+"""Perturbed views of a client graph: random edge removal and feature-column masking (the
+weak and strong views of FGSSL's code and FedGKC's self-distillation)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,18 @@ from fglrepro.fl.clients import ClientData, normalized_adjacency
 
 
 def drop_edges(edge_index: Tensor, p: float) -> Tensor:
-    """``edge_index [2, E]`` without each (directed) edge independently with probability ``p``
-    (PyG ``dropout_adj`` / ``dropout_edge`` without ``force_undirected``)."""
-    keep = torch.rand(edge_index.size(1), device=edge_index.device) >= p
-    return edge_index[:, keep]
+    """``edge_index [2, E]`` with each (directed) edge removed independently with
+    probability ``p`` (PyG's ``dropout_edge`` without ``force_undirected``)."""
+    return edge_index[:, torch.rand(edge_index.size(1), device=edge_index.device) >= p]
 
 
 def mask_features(x: Tensor, p: float) -> Tensor:
-    """``x [n, F]`` with each feature column zeroed independently with probability ``p``."""
-    keep = torch.rand(x.size(1), device=x.device) >= p
-    return x * keep.to(x.dtype)
+    """``x [n, F]`` with each feature column set to 0 independently with probability ``p``."""
+    return x * (torch.rand(x.size(1), device=x.device) >= p).to(x.dtype)
 
 
 def perturbed_view(client: ClientData, edge_drop: float, feature_mask: float) -> tuple[Tensor, Tensor]:
-    """``(x [n, F], adj [n, n])``: masked features and the normalised adjacency of the kept
-    edges of a fresh random view of ``client``'s graph."""
+    """A fresh random view of ``client``'s graph: masked features ``[n, F]`` and the
+    normalised adjacency ``[n, n]`` of the kept edges."""
     edges = drop_edges(client.edge_index, edge_drop)
     return mask_features(client.x, feature_mask), normalized_adjacency(edges, client.num_nodes)
