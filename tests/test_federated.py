@@ -108,16 +108,17 @@ def test_default_eval_model_is_the_received_model_at_the_global_stage(sbm):
     assert all(local.eval_model(k, stage) is s.model for k, s in enumerate(local.states) for stage in ("local", "global"))
 
 
-#: Methods that work on the embedding before a readout layer.
-NEEDS_READOUT = {"fedproto"}
+#: What some methods need to be built on the test federation: hparams, a model with a linear head.
+BUILD = {"fedsage_plus": {"hparams": {"generator_rounds": 1}}, "adafgl": {"hparams": {"fedavg_rounds": 1}},
+         **{name: {"model": ModelConfig(hidden=16, readout=True)}
+            for name in ("lg_fedavg", "fedtgp", "fedppn", "fedproto")}}
 
 
 def test_built_methods_declare_the_capabilities_of_their_spec(sbm):
     for name in sorted(METHOD_MODULES):
-        hparams = {"generator_rounds": 1} if name == "fedsage_plus" else None
+        hparams, model = BUILD.get(name, {}).get("hparams"), BUILD.get(name, {}).get("model")
         spec = resolve_method(name, hparams)
-        model = ModelConfig(hidden=16, readout=name in NEEDS_READOUT)
-        method = make_method(sbm, name, hparams, rounds=1 if spec.capabilities.one_shot else 3, model=model)
+        method = make_method(sbm, name, hparams, model=model, rounds=1 if spec.capabilities.one_shot else 3)
         assert method.caps == spec.capabilities, name
     fine_tuned_local = resolve_method("finetune", {"base": "local"}).capabilities
     assert fine_tuned_local.global_model and fine_tuned_local.heterogeneous

@@ -106,5 +106,5 @@ def test_fedproto_needs_a_readout_and_one_embedding_width(sbm):
                                    evaluation=LOCAL), r"one embedding width.*\[8, 16\]")
     assert_refused(method_problems("fedproto", model=READOUT), r"'fedproto' has no global model")
     with pytest.raises(ConfigError, match="readout"):
-        make_method(sbm, "fedproto", model=ModelConfig(hidden=16, readout=True, clients=[{"arch": "sgc"}]),
+        make_method(sbm, "fedproto", model=ModelConfig(hidden=16, readout=True, clients=[{"arch": "appnp"}]),
                     evaluation=LOCAL)

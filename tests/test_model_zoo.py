@@ -72,7 +72,7 @@ def test_every_zoo_model_maps_features_to_logits_and_trains(graph, spec):
 
 def test_bad_model_keys_name_the_valid_choices():
     with pytest.raises(ConfigError, match="valid architectures"):
-        build_model(ModelConfig(arch="gat"), 5, 3)
+        build_model(ModelConfig(arch="gatv9"), 5, 3)
     with pytest.raises(ConfigError, match="model.hops"):
         build_model(ModelConfig(arch="gcn", hops=3), 5, 3)
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['width'\] in model.clients\[1\]"):
@@ -88,8 +88,8 @@ def test_clients_cycle_through_the_zoo():
 
 def test_parameter_averaging_refuses_heterogeneous_clients_and_lists_the_methods_that_accept_them(sbm):
     zoo = ModelConfig(hidden=16, clients=OPFGL_ZOO[:3])
-    accepting = ["coboost", "dense", "fedproto", "local", "opfgl"]
-    assert heterogeneous_methods() == accepting
+    accepting = heterogeneous_methods()
+    assert {"coboost", "dense", "fedproto", "local", "opfgl"} <= set(accepting) and "fedavg" not in accepting
     problems = method_problems("fedavg", model=zoo)
     assert_refused(problems, r"method 'fedavg' needs the same architecture on every client; remove model.clients")
     assert_refused(method_problems("fedavg", model=ModelConfig(hidden=16, graphless={"arch": "mlp"})),

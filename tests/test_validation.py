@@ -95,7 +95,7 @@ def test_datasets_are_checked_before_only_datasets_drops_them(tmp_path):
 
 def test_unknown_method():
     line = only(check(make_study(sgd={"method": "fedsgd", "label": "S"})), "fedsgd")
-    assert line.startswith(f"{FILE}: runs.sgd.method: unknown method 'fedsgd'; valid methods: ['coboost'")
+    assert line.startswith(f"{FILE}: runs.sgd.method: unknown method 'fedsgd'; valid methods: ['adafgl', 'coboost'")
 
 
 def test_unknown_hparam_lists_valid_keys():

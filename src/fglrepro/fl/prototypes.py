@@ -1,10 +1,20 @@
-"""Class prototypes: per-class mean embeddings of a client and their sample-weighted average on
-the server (FedProto, Tan et al., AAAI 2022; also the basis of FedTGP and FedPPN)."""
+"""Class prototypes: per-class mean embeddings of a client and their weighted average on the
+server (FedProto, Tan et al., AAAI 2022; also the knowledge carrier of FedTGP and FedPPN).
+
+A client's prototype of class ``c`` is the mean hidden embedding (the input of the linear
+head, one common width ``d`` for every architecture) of its training nodes of class ``c``;
+a class without training nodes is not reported.
+"""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fglrepro.fl.clients import ClientData
 
 
 def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -20,20 +30,62 @@ def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[
     return classes, sums[classes] / present.unsqueeze(1), present
 
 
+@torch.no_grad()
+def client_prototypes(model: nn.Module, client: ClientData) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`class_prototypes` of the client's training nodes, from ``model``'s hidden
+    embeddings in evaluation mode."""
+    model.eval()
+    hidden = model(client.x, client.adj, return_hidden=True)[0]
+    return class_prototypes(hidden[client.train_mask], client.y[client.train_mask], client.num_classes)
+
+
 def average_prototypes(
     parts: list[tuple[Tensor, Tensor, Tensor]], num_classes: int, dim: int,
 ) -> tuple[Tensor, Tensor]:
-    """Server step of FedProto: ``p_c = sum_k n_k^c p_k^c / sum_k n_k^c`` over the clients that
-    report class c, from the clients' ``(classes, prototypes, counts)`` of :func:`class_prototypes`.
+    """Server step: ``p_c = sum_k w_k^c p_k^c / sum_k w_k^c`` over the clients that report
+    class c, from the clients' ``(classes [m], prototypes [m, d], weights [m])``: FedProto
+    weighs by the class's node counts (the ``counts`` of :func:`class_prototypes`), FedTGP's
+    and FedPPN's servers take the plain mean (weights 1).
 
     Returns ``(prototypes [C, dim], present [C] bool)``; rows of classes no client reports are 0.
     """
     sums = torch.zeros(num_classes, dim, dtype=torch.float64)
     totals = torch.zeros(num_classes, dtype=torch.float64)
-    for classes, prototypes, counts in parts:
-        classes, counts = classes.cpu(), counts.cpu().to(torch.float64)
-        sums.index_add_(0, classes, counts.unsqueeze(1) * prototypes.cpu().to(torch.float64))
-        totals.index_add_(0, classes, counts)
+    for classes, prototypes, weights in parts:
+        classes, weights = classes.cpu(), weights.cpu().to(torch.float64)
+        sums.index_add_(0, classes, weights.unsqueeze(1) * prototypes.cpu().to(torch.float64))
+        totals.index_add_(0, classes, weights)
     present = totals > 0
     sums[present] /= totals[present].unsqueeze(1)
     return sums.to(torch.float32), present
+
+
+def plain_mean_parts(messages: Iterable[dict[str, Tensor]]) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """``(classes, prototypes, 1)`` of each uploaded ``{"classes", "prototypes"}``: the parts
+    of the plain per-class mean (:func:`average_prototypes`) of FedTGP's and FedPPN's servers."""
+    return [(m["classes"], m["prototypes"], torch.ones(m["classes"].numel())) for m in messages]
+
+
+def prototype_alignment_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, present: Tensor) -> Tensor:
+    r"""OpenFGL's FedTGP (and FedProto) regulariser: the sum over classes ``c`` with a global
+    prototype of the mean squared error between the embeddings of class ``c`` and ``p_c``:
+
+    .. math:: \sum_c \frac{1}{N^c d} \sum_{i: y_i = c} \lVert h_i - p_c \rVert^2,
+
+    ``hidden [m, d]``, ``labels [m]``, ``prototypes [C, d]``, ``present [C]`` bool.
+    """
+    keep = present[labels]
+    rows, classes = hidden[keep], labels[keep]
+    if classes.numel() == 0:
+        return hidden.sum() * 0.0
+    errors = (rows - prototypes[classes]).pow(2).mean(dim=1)       # [m'] per-node MSE
+    counts = torch.bincount(classes, minlength=prototypes.size(0)).to(errors.dtype)
+    return (errors / counts[classes]).sum()
+
+
+def margin_contrastive_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, margin: float) -> Tensor:
+    """FedTGP's adaptive-margin-enhanced contrastive loss: cross-entropy of the scores
+    ``-(||h_i - p_c|| + margin * 1[c = y_i])`` (the own class's distance is enlarged by the
+    margin); ``hidden [m, d]``, ``labels [m]``, ``prototypes [C, d]``."""
+    distance = torch.cdist(hidden, prototypes) + margin * F.one_hot(labels, prototypes.size(0)).to(hidden.dtype)
+    return F.cross_entropy(-distance, labels)

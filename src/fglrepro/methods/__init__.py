@@ -32,9 +32,19 @@ METHOD_MODULES: dict[str, str] = {
     "dense": "dense",
     "coboost": "coboost",
     "fedproto": "fedproto",
+    # FedGLS and its graphless-client baselines
     "fedgls": "fedgls",
     "knn_graph": "knn_graph",
     "fedavg_by_arch": "fedavg_by_arch",
+    # FedGKC's baselines (heterogeneous: Tables 1-2; homogeneous: Table 3)
+    "lg_fedavg": "lg_fedavg",
+    "fml": "fml",
+    "fedkd": "fedkd",
+    "fedtgp": "fedtgp",
+    "fedppn": "fedppn",
+    "fiarse": "fiarse",
+    "fgssl": "fgssl",
+    "adafgl": "adafgl",
 }
 
 _REGISTRY: dict[str, type] = {}
