@@ -31,6 +31,8 @@ METHOD_MODULES: dict[str, str] = {
     "opfgl": "opfgl",
     "dense": "dense",
     "coboost": "coboost",
+    # FedGKC issue
+    "fedgkc": "fedgkc",
 }
 
 _REGISTRY: dict[str, type] = {}
