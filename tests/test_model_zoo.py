@@ -89,7 +89,7 @@ def test_clients_cycle_through_the_zoo():
 def test_parameter_averaging_refuses_heterogeneous_clients_and_lists_the_methods_that_accept_them(sbm):
     zoo = ModelConfig(hidden=16, clients=OPFGL_ZOO[:3])
     accepting = heterogeneous_methods()
-    assert {"coboost", "dense", "fedproto", "local", "opfgl"} <= set(accepting) and "fedavg" not in accepting
+    assert {"coboost", "dense", "fedgkc", "fedproto", "local", "opfgl"} <= set(accepting) and "fedavg" not in accepting
     problems = method_problems("fedavg", model=zoo)
     assert_refused(problems, r"method 'fedavg' needs the same architecture on every client; remove model.clients")
     assert_refused(method_problems("fedavg", model=ModelConfig(hidden=16, graphless={"arch": "mlp"})),

@@ -50,3 +50,17 @@ def test_comparison_grid_shows_ours_with_the_paper_value_and_delta(summary):
     assert lines[2] == "| Method | Cora (10) Acc | Cora (10) F1 | CiteSeer (10) Acc | CiteSeer (10) F1 |"
     assert lines[4] == "| B | 61.0 | 51.0 | 67.0 | 21.0 |"
     assert lines[5] == "| A | 71.0 (70.5, +0.5) | 41.0 (45.0, -4.0) | 66.0 | 31.0 |"
+
+
+def test_a_row_marked_not_reproducible_shows_its_reason_and_the_papers_values(summary):
+    meta = {**META, "rows": ["B", "T", "A"], "not_reproducible": {"T": "not reproducible: no description or code"}}
+    reported = pd.DataFrame([{"paper": "P", "table": "Table 1", "method": "T", "dataset": d, "clients": 10,
+                              "metric": "acc", "mean": v, "std": 0.1} for d, v in (("Cora", 79.9), ("PubMed", 85.0))])
+    text, best = side_by_side(summary, meta)
+    assert list(text.index) == ["B", "T", "A"]
+    assert set(text.loc["T"]) == {"not reproducible: no description or code"} and not best.loc["T"].any()
+    table = comparison(summary, reported, meta)
+    row = table[table.method == "T"]
+    assert len(row) == 1 and row.iloc[0].n_runs == 0 and row.iloc[0].reported_mean == 79.9  # PubMed is no column
+    lines = comparison_grid_markdown(table, meta, "t").splitlines()
+    assert lines[5] == "| T | not reproducible: no description or code (79.9) |  |"  # only acc is reported

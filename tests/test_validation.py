@@ -396,3 +396,11 @@ def test_aggregate_meta_maps_each_scheme_to_its_partitioner(tmp_path):
     assert match, proc.stdout[-3000:]
     schemes = json.loads(match.group(1))["schemes"]
     assert list(schemes.values()) == ["louvain_plus"] and next(iter(schemes)).startswith("louvain_plus-")
+
+
+def test_a_row_is_either_a_method_or_not_reproducible():
+    assert check(make_study(t={"label": "T", "not_reproducible": "not reproducible: no code"})) == []
+    both = {"label": "T", "not_reproducible": "no code", "method": "fedavg"}
+    assert check(make_study(t=both)) == [f"{FILE}: runs.t: give either method (a row that runs) or not_reproducible "
+                                         "(why the row cannot be run), not both"]
+    assert only(check(make_study(t={"label": "T"})), "runs.t").endswith("not neither")

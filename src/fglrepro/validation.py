@@ -403,6 +403,10 @@ def _check_study_blocks(problems: Problems, study: Mapping) -> dict[str, tuple[d
 def _check_run(problems: Problems, prefix: str, entry: Mapping, blocks: dict) -> None:
     """A run as most datasets get it, then each ``per_dataset`` override of it; a problem
     an override shares with the run itself is reported once, under the run."""
+    if ("method" in entry) == ("not_reproducible" in entry):
+        problems.add(prefix, "give either method (a row that runs) or not_reproducible (why the row cannot be run), "
+                             f"not {'both' if 'method' in entry else 'neither'}")
+        return
     base = {k: v for k, v in entry.items() if k != "per_dataset"}
     found = _variant_problems(problems, prefix, base, blocks)
     for key, message in found:

@@ -116,11 +116,16 @@ PARTITION_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}
 STATS_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json"
 
 
+def trained_runs(study):
+    """The runs of ``study`` that train (rows marked ``not_reproducible`` do not)."""
+    return {run: entry for run, entry in STUDIES[study]["runs"].items() if "method" in entry}
+
+
 def study_runs(study):
     """Run JSON paths of every job of ``study``."""
     s = STUDIES[study]
     return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme_slug(s, d, run), clients=k, seed=seed)
-            for run in s["runs"] for d, _, k in study_cells(study) for seed in s["seeds"]]
+            for run in trained_runs(study) for d, _, k in study_cells(study) for seed in s["seeds"]]
 
 
 def study_partition_stats(study):
@@ -135,7 +140,7 @@ def study_outputs(study):
     s = STUDIES[study]
     out = expand(RESULTS + "/tables/{study}.partition_stats.{ext}", study=study, ext=["csv", "md"])
     out.append(RESULTS + f"/figures/{study}_partitions")
-    if s["runs"] and config["targets"] == "all":
+    if trained_runs(study) and config["targets"] == "all":
         out += expand(RESULTS + "/tables/{study}.{ext}", study=study, ext=["md", "tex", "csv"])
         if "heatmap" in s["report"]["figures"]:
             from fglrepro.config import ConfigError
@@ -143,7 +148,7 @@ def study_outputs(study):
 
             axes = s["report"]["heatmap"]
             try:
-                heatmap_coordinates({run: entry["hparams"] for run, entry in s["runs"].items()},
+                heatmap_coordinates({run: entry["hparams"] for run, entry in trained_runs(study).items()},
                                     axes["x"], axes["y"])
             except ConfigError as err:
                 raise WorkflowError(f"study {study!r}: {err}") from err
@@ -244,11 +249,12 @@ def study_meta(study):
     s = STUDIES[study]
     meta = {
         "study": study, "paper": s["paper"], "table": s["table"], "title": s.get("title", study),
-        "labels": {run: entry["label"] for run, entry in s["runs"].items()},
+        "labels": {run: entry["label"] for run, entry in trained_runs(study).items()},
         "rows": [entry["label"] for entry in s["runs"].values()],
+        "not_reproducible": {e["label"]: e["not_reproducible"] for e in s["runs"].values() if "not_reproducible" in e},
         "datasets": s["datasets"], "columns": [[d, k] for d, _, k in study_cells(study)],
         "decimals": s["report"]["decimals"],
-        "hparams": {run: entry["hparams"] for run, entry in s["runs"].items()},
+        "hparams": {run: entry["hparams"] for run, entry in trained_runs(study).items()},
         "heatmap": s["report"].get("heatmap"),
         "average": s["evaluation"].get("average", "weighted"),
         "schemes": {scheme: spec["partitioner"] for scheme, spec in study_schemes(study).items()},

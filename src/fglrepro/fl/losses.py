@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.models import edge_index_of
+
 
 def proximal_term(model: nn.Module, reference: dict[str, Tensor]) -> Tensor:
     """``sum ||w - w_ref||^2`` over the parameters named in ``reference`` (FedProx)."""
@@ -62,3 +64,22 @@ def kl_divergence(
         target_logits, input_logits = target_logits / temperature, input_logits / temperature
     target = F.log_softmax(target_logits, dim=-1) if log_target else F.softmax(target_logits, dim=-1)
     return F.kl_div(F.log_softmax(input_logits, dim=-1), target, reduction=reduction, log_target=log_target)
+
+
+def neighbourhood_kl(teacher: Tensor, student: Tensor, adj: Tensor) -> Tensor:
+    r"""FedGKC's neighbourhood distillation (eq. 1):
+
+    .. math:: \frac{1}{n} \sum_i \sum_{j \in \mathcal{N}(i) \cup \{i\}}
+              \mathrm{KL}(\sigma(z_j) \,\|\, \sigma(h_i)),
+
+    ``teacher`` ``z`` and ``student`` ``h`` ``[n, d]`` (softmax over the d columns), the
+    neighbours of i the edges ``j -> i`` of the operator ``adj [n, n]``
+    (:func:`fglrepro.models.edge_index_of`). A sum over each node's neighbourhood, averaged
+    over nodes; 0 when ``z = h`` and no node has a neighbour.
+    """
+    log_p, log_q = F.log_softmax(teacher, dim=-1), F.log_softmax(student, dim=-1)
+    p = log_p.exp()
+    own = (p * (log_p - log_q)).sum()
+    source, target = edge_index_of(adj)
+    neighbours = (p * log_p).sum(dim=-1)[source].sum() - (p[source] * log_q[target]).sum()
+    return (own + neighbours) / teacher.size(0)

@@ -45,6 +45,8 @@ METHOD_MODULES: dict[str, str] = {
     "fiarse": "fiarse",
     "fgssl": "fgssl",
     "adafgl": "adafgl",
+    # FedGKC
+    "fedgkc": "fedgkc",
 }
 
 _REGISTRY: dict[str, type] = {}

@@ -53,10 +53,14 @@ def layout(summary: pd.DataFrame, meta: dict, metric: str) -> tuple[pd.DataFrame
     of each column.
     """
     part = summary[summary["metric"] == metric]
-    methods = [m for m in meta["rows"] if m in set(part["method"])]
+    not_run = meta.get("not_reproducible", {})
+    methods = [m for m in meta["rows"] if m in set(part["method"]) or m in not_run]
     columns = pd.MultiIndex.from_tuples([tuple(col) for col in meta["columns"]], names=["dataset", "clients"])
     text = pd.DataFrame("", index=methods, columns=columns)
     means = pd.DataFrame(np.nan, index=methods, columns=columns)
+    for method in methods:
+        if method in not_run:
+            text.loc[method] = not_run[method]
     for _, row in part.iterrows():
         key = (row["dataset"], row["clients"])
         if key in columns:
@@ -125,12 +129,22 @@ def to_latex(text: pd.DataFrame, best: pd.DataFrame, caption: str) -> str:
 def comparison(summary: pd.DataFrame, reported: pd.DataFrame, meta: dict) -> pd.DataFrame:
     """Reproduced cells next to the paper's reported ones (percent; delta = reproduced - reported).
 
-    Every reproduced cell appears; ``reported_*`` is empty where the paper has no value.
+    Every reproduced cell appears; ``reported_*`` is empty where the paper has no value. A
+    row the study marks ``not_reproducible`` appears with the paper's values, no runs, and
+    the reason as its status.
     """
     paper = reported[(reported["paper"] == meta["paper"]) & (reported["table"] == meta["table"])]
     paper = paper.rename(columns={"mean": "reported_mean", "std": "reported_std"})
     ours = summary.rename(columns={"mean": "reproduced_mean", "std": "reproduced_std"})
     keys = ["method", "dataset", "clients", "metric"]
+    not_run = meta.get("not_reproducible", {})
+    if not_run:
+        columns = {tuple(col) for col in meta["columns"]}
+        rows = paper[paper["method"].isin(list(not_run))]
+        rows = rows[[(d, c) in columns for d, c in zip(rows["dataset"], rows["clients"])]]
+        placeholders = rows[keys].assign(reproduced_mean=np.nan, reproduced_std=np.nan, n_ok=0, n_runs=0,
+                                         status=rows["method"].map(not_run))
+        ours = pd.concat([ours, placeholders], ignore_index=True)
     merged = ours.merge(paper[keys + ["reported_mean", "reported_std"]], on=keys, how="left")
     merged["delta"] = merged["reproduced_mean"] - merged["reported_mean"]
     columns = keys + ["reported_mean", "reported_std", "reproduced_mean", "reproduced_std", "delta",
@@ -149,7 +163,7 @@ def comparison_markdown(table: pd.DataFrame, title: str, decimals: int) -> str:
         spread = f" ± {fmt(r.reported_std)}" if pd.notna(r.reported_std) else ""  # some tables print no std
         reported = f"{fmt(r.reported_mean)}{spread}" if pd.notna(r.reported_mean) else "n/a"
         reproduced = (f"{fmt(r.reproduced_mean)} ± {fmt(r.reproduced_std)}" if r.n_ok
-                      else r.status.upper())
+                      else r.status.upper() if r.n_runs else r.status)
         delta = f"{r.delta:+.{decimals}f}" if pd.notna(r.delta) else ""
         lines.append(f"| {r.method} | {r.dataset} | {r.clients} | {r.metric} | {reported} | "
                      f"{reproduced} | {delta} | {r.n_ok}/{r.n_runs} |")
@@ -174,6 +188,8 @@ def comparison_grid_markdown(table: pd.DataFrame, meta: dict, title: str) -> str
             r = cells.get((method, d, c, m))
             if r is None:
                 row.append("")
+            elif not r.n_runs:
+                row.append(r.status if pd.isna(r.reported_mean) else f"{r.status} ({r.reported_mean:.{decimals}f})")
             elif not r.n_ok:
                 row.append(r.status.upper())
             elif pd.isna(r.reported_mean):
