@@ -31,6 +31,9 @@ METHOD_MODULES: dict[str, str] = {
     "opfgl": "opfgl",
     "dense": "dense",
     "coboost": "coboost",
+    "fedgkd": "fedgkd",
+    "fedper": "fedper",
+    "fedstar": "fedstar",
 }
 
 _REGISTRY: dict[str, type] = {}
