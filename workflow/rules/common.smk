@@ -10,6 +10,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from fglrepro.data.registry import DATASETS
+from fglrepro.grid import point_entry, run_ids
 from fglrepro.methods import METHOD_MODULES
 from fglrepro.validation import config_problems, load_studies, partition_spec
 from fglrepro.validation import merge as _merge
@@ -92,9 +93,19 @@ def _alternatives(values):
     return "|".join(re.escape(str(v)) for v in sorted(set(values)))
 
 
+def training_runs(study):
+    """Training run ids of ``study``: each run, or each grid point of a run with a ``grid``."""
+    return [r for run, entry in STUDIES[study]["runs"].items() for r in run_ids(run, entry)]
+
+
+def run_entry(study, run_id):
+    """The study entry a training run id trains (a grid point's values applied)."""
+    return point_entry(STUDIES[study]["runs"][run_id.split("@")[0]], run_id)
+
+
 wildcard_constraints:
     study=_alternatives(STUDIES),
-    run=_alternatives([r for s in STUDIES.values() for r in s["runs"]] or ["none"]),
+    run=_alternatives([r for s in STUDIES for r in training_runs(s)] or ["none"]),
     dataset=_alternatives(d for s in STUDIES.values() for d in s["datasets"]),
     scheme=_alternatives(SCHEMES),
     prep=_alternatives(v["prep"] for v in SCHEMES.values()),
@@ -113,7 +124,7 @@ def study_runs(study):
     """Run JSON paths of every job of ``study``."""
     s = STUDIES[study]
     return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme, clients=k, seed=seed)
-            for run in s["runs"] for d, scheme, k in study_cells(study) for seed in s["seeds"]]
+            for run in training_runs(study) for d, scheme, k in study_cells(study) for seed in s["seeds"]]
 
 
 def study_partition_stats(study):
@@ -158,7 +169,7 @@ def dataset_resources(dataset, key):
 def run_resources(wildcards, key):
     """A training job's ``mem_mb``/``runtime``: the run's ``resources`` (or its dataset's
     ``per_dataset`` override) when the study sets them, else the dataset's size class."""
-    entry = STUDIES[wildcards.study]["runs"][wildcards.run]
+    entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     return entry.get("resources", {}).get(key, dataset_resources(wildcards.dataset, key))
 
@@ -207,7 +218,7 @@ PARTITION_CODE = source_closure(PKG / "cli" / "partition.py")
 def method_source(wildcards):
     """Source files of the run's method (and of the base method a wrapper such as FedTAD
     runs on) beyond the training core: editing them reruns only the runs that use them."""
-    entry = STUDIES[wildcards.study]["runs"][wildcards.run]
+    entry = run_entry(wildcards.study, wildcards.run)
     methods = [entry["method"], entry.get("hparams", {}).get("base")]
     modules = [PKG / "methods" / f"{METHOD_MODULES[m]}.py" for m in methods if m in METHOD_MODULES]
     return [f for f in source_closure(*modules) if f not in TRAIN_CORE]
@@ -218,7 +229,7 @@ def method_source(wildcards):
 def train_spec(wildcards):
     """JSON spec of one training job (what ``fgl-train --spec`` reads)."""
     study = STUDIES[wildcards.study]
-    entry = study["runs"][wildcards.run]
+    entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     spec = {
         "study": wildcards.study, "run": wildcards.run, "method": entry["method"],

@@ -19,8 +19,8 @@ from torch import Tensor, nn
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average
 from fglrepro.fl.communication import module_bytes, tensor_bytes
-from fglrepro.fl.graph_distillation import DistillSettings, broadcast_graph, distill_graph
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
+from fglrepro.fl.graph_distillation import DistillSettings, broadcast_graph, distill_graph
 from fglrepro.fl.losses import proximal_term, stacked_proximal_term
 from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, Upload
 from fglrepro.fl.task_relator import KERNELS, relator_weights
