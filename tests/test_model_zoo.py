@@ -72,7 +72,7 @@ def test_every_zoo_model_maps_features_to_logits_and_trains(graph, spec):
 
 def test_bad_model_keys_name_the_valid_choices():
     with pytest.raises(ConfigError, match="valid architectures"):
-        build_model(ModelConfig(arch="gat"), 5, 3)
+        build_model(ModelConfig(arch="gatv9"), 5, 3)
     with pytest.raises(ConfigError, match="model.hops"):
         build_model(ModelConfig(arch="gcn", hops=3), 5, 3)
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['width'\] in model.clients\[1\]"):

@@ -118,6 +118,8 @@ class ModelConfig:
 
     hops, alpha: propagation steps K and teleport/self weight of the decoupled models
         (``sgc``, ``ssgc``, ``appnp``); ``None`` takes the architecture's default.
+    jk: jumping knowledge of a deep GCN (``max`` or ``cat`` over the layers' outputs before
+        the readout); ``None``: none.
     clients: per-client overrides of the other keys; client k uses ``clients[k % len]``
         (O-pFGL Tables 11-12). Empty: every client uses this block.
     """
@@ -129,6 +131,7 @@ class ModelConfig:
     readout: bool = False
     hops: int | None = None
     alpha: float | None = None
+    jk: str | None = None
     clients: list = dataclasses.field(default_factory=list)
 
     def for_client(self, k: int) -> "ModelConfig":

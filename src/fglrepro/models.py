@@ -3,11 +3,18 @@
 Models take node features and a graph operator: ``forward(x, adj)`` with ``x`` of shape
 ``[n, F]`` and ``adj`` the client's GCN-normalised sparse adjacency ``[n, n]`` (self-loops
 included, see :class:`fglrepro.fl.clients.ClientData`), and return logits ``[n, C]``.
+``forward(x, adj, return_hidden=True)`` returns ``(hidden, logits)``; with ``readout: true``
+every architecture is an encoder to ``[n, hidden]`` (ReLU and dropout after each layer)
+followed by the linear head ``model.readout`` (``hidden`` is the head's input).
+
+GAT, GraphSAGE and GIN wrap PyG's layers (imported when such a model is built) and read the
+edges from the sparsity pattern of ``adj`` (:func:`edge_index_of`).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -58,12 +65,65 @@ def propagate_once(adj: Tensor, h: Tensor) -> Tensor:
     return torch.sparse.mm(adj, h) if adj.layout == torch.sparse_csr else adj @ h
 
 
-class GCN(nn.Module):
-    """``layers``-layer GCN (Kipf & Welling), optionally followed by a linear READOUT.
+class ConvStack(nn.Module):
+    """``layers`` graph convolutions with ReLU and dropout between them, optionally followed
+    by a linear head (READOUT), and with jumping knowledge (Xu et al., ICML 2018) over the
+    layers' outputs.
 
-    Without readout the last GCN layer outputs class logits. With ``readout=True`` (the
-    FED-PUB / FedGKD model) every GCN layer outputs ``hidden`` channels with ReLU and
-    dropout, and a linear layer maps them to logits.
+    Without readout the last convolution outputs class logits. With ``readout`` every
+    convolution outputs ``hidden`` channels with ReLU and dropout, and ``readout`` (a linear
+    layer) maps them, or with ``jk`` their combination over layers (``max``: element-wise
+    maximum, ``[n, hidden]``; ``cat``: concatenation, ``[n, layers * hidden]``), to logits.
+    Subclasses build ``convs`` and say what the convolutions take as graph (:meth:`graph`).
+    """
+
+    def __init__(self, convs: nn.ModuleList, hidden: int, out_channels: int, dropout: float,
+                 readout: bool, jk: str | None = None) -> None:
+        super().__init__()
+        self.convs = convs
+        width = hidden * (len(convs) if jk == "cat" else 1)
+        self.readout = nn.Linear(width, out_channels) if readout else None
+        self.dropout = dropout
+        self.jk = jk
+
+    def graph(self, adj: Tensor):
+        """What each convolution takes besides the features (the operator itself by default)."""
+        return adj
+
+    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``.
+
+        With ``return_hidden`` also returns the input of the last layer ``[n, hidden]``
+        (the node representation used by contrastive methods): ``(hidden, logits)``.
+        """
+        graph = self.graph(adj)
+        hidden, outputs = x, []
+        for i, conv in enumerate(self.convs):
+            if i == len(self.convs) - 1:
+                hidden = x
+            x = conv(x, graph)
+            if i < len(self.convs) - 1 or self.readout is not None:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+                outputs.append(x)
+        if self.jk is not None:
+            x = torch.cat(outputs, dim=-1) if self.jk == "cat" else torch.stack(outputs).amax(dim=0)
+        if self.readout is not None:
+            hidden = x
+            x = self.readout(x)
+        return (hidden, x) if return_hidden else x
+
+
+def _widths(in_channels: int, hidden: int, out_channels: int, layers: int, readout: bool) -> list[int]:
+    """Channel sizes ``[F, hidden, ..., hidden or C]`` of ``layers`` stacked convolutions."""
+    if layers < 1:
+        raise ConfigError(f"model.layers must be >= 1, got {layers}")
+    return [in_channels] + [hidden] * (layers - 1) + [hidden if readout else out_channels]
+
+
+class GCN(ConvStack):
+    """``layers``-layer GCN (Kipf & Welling), optionally followed by a linear READOUT, and
+    with ``jk`` a deep GCN with jumping knowledge (JKNet; needs ``readout``), see
+    :class:`ConvStack`. The FED-PUB / FedGKD model is ``readout=True``.
 
     Args:
         in_channels: F, input feature size.
@@ -72,37 +132,74 @@ class GCN(nn.Module):
         layers: number of GCN layers (>= 1).
         dropout: dropout probability applied to hidden representations.
         readout: append a linear classifier after the GCN layers.
+        jk: ``None``, ``"max"`` or ``"cat"``: combine every layer's output before the readout.
     """
 
     def __init__(
         self, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
-        dropout: float = 0.5, readout: bool = False,
+        dropout: float = 0.5, readout: bool = False, jk: str | None = None,
     ) -> None:
-        super().__init__()
-        if layers < 1:
-            raise ConfigError(f"model.layers must be >= 1, got {layers}")
-        widths = [in_channels] + [hidden] * (layers - 1) + [hidden if readout else out_channels]
-        self.convs = nn.ModuleList(GCNLayer(a, b) for a, b in zip(widths[:-1], widths[1:]))
-        self.readout = nn.Linear(hidden, out_channels) if readout else None
-        self.dropout = dropout
+        widths = _widths(in_channels, hidden, out_channels, layers, readout)
+        convs = nn.ModuleList(GCNLayer(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        super().__init__(convs, hidden, out_channels, dropout, readout, jk)
 
-    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``.
 
-        With ``return_hidden`` also returns the input of the last layer ``[n, hidden]``
-        (the node representation used by contrastive methods): ``(hidden, logits)``.
-        """
-        hidden = x
-        for i, conv in enumerate(self.convs):
-            if i == len(self.convs) - 1:
-                hidden = x
-            x = conv(x, adj)
-            if i < len(self.convs) - 1 or self.readout is not None:
-                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
-        if self.readout is not None:
-            hidden = x
-            x = self.readout(x)
-        return (hidden, x) if return_hidden else x
+#: ``id(adj) -> (weak reference to adj, its edges)``; an entry leaves when its operator dies.
+_EDGE_INDEX: dict[int, tuple[weakref.ref, Tensor]] = {}
+
+
+def edge_index_of(adj: Tensor) -> Tensor:
+    """Edges ``[2, E]`` (source, target) of the operator ``adj [n, n]``: every non-zero
+    ``adj[i, j]`` off the diagonal is an edge ``j -> i`` (node i aggregates node j, as in
+    ``adj @ x``). The diagonal is left out: :func:`~fglrepro.fl.clients.normalized_adjacency`
+    puts a self-loop on every node, and GAT adds its own. Computed once per sparse operator
+    (cached while it lives); a dense operator is read each call."""
+    if adj.layout != torch.sparse_csr:
+        target, source = adj.detach().nonzero().t()
+        keep = source != target
+        return torch.stack([source[keep], target[keep]])
+    key = id(adj)
+    ref, cached = _EDGE_INDEX.get(key, (None, None))
+    if ref is not None and ref() is adj:
+        return cached
+    crow = adj.crow_indices()
+    target = torch.repeat_interleave(torch.arange(crow.numel() - 1, device=crow.device), crow.diff())
+    source = adj.col_indices()
+    keep = source != target
+    edges = torch.stack([source[keep], target[keep]])
+    _EDGE_INDEX[key] = (weakref.ref(adj, lambda _, key=key: _EDGE_INDEX.pop(key, None)), edges)
+    return edges
+
+
+def _pyg_conv(arch: str, in_channels: int, out_channels: int) -> nn.Module:
+    """One PyG convolution ``[n, in] -> [n, out]``: ``GATConv`` (one head, OpenFGL's GAT),
+    ``SAGEConv`` (mean aggregation and root weight) or ``GINConv`` whose MLP is
+    ``Linear(in, out) -> ReLU -> Linear(out, out)`` (eps = 0, PyG's GIN model)."""
+    from torch_geometric.nn import GATConv, GINConv, SAGEConv
+
+    if arch == "gat":
+        return GATConv(in_channels, out_channels)
+    if arch == "sage":
+        return SAGEConv(in_channels, out_channels)
+    mlp = nn.Sequential(nn.Linear(in_channels, out_channels), nn.ReLU(), nn.Linear(out_channels, out_channels))
+    return GINConv(mlp)
+
+
+class PyGNet(ConvStack):
+    """``layers`` PyG convolutions of architecture ``arch`` (``gat``: GAT, Veličković et al.,
+    ICLR 2018; ``sage``: GraphSAGE-mean, Hamilton et al., NeurIPS 2017; ``gin``: GIN, Xu
+    et al., ICLR 2019), with ReLU and dropout between layers and optional READOUT as
+    :class:`GCN`. They take the unweighted edges of ``adj`` (:func:`edge_index_of`)."""
+
+    def __init__(self, arch: str, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
+                 dropout: float = 0.5, readout: bool = False) -> None:
+        widths = _widths(in_channels, hidden, out_channels, layers, readout)
+        convs = nn.ModuleList(_pyg_conv(arch, a, b) for a, b in zip(widths[:-1], widths[1:]))
+        super().__init__(convs, hidden, out_channels, dropout, readout)
+        self.arch = arch
+
+    def graph(self, adj: Tensor) -> Tensor:
+        return edge_index_of(adj)
 
 
 def propagate(x: Tensor, adj: Tensor, hops: int) -> list[Tensor]:
@@ -117,18 +214,26 @@ def propagate(x: Tensor, adj: Tensor, hops: int) -> list[Tensor]:
 class SGC(nn.Module):
     """SGC (Wu et al., ICML 2019): ``logits = Â^K x W`` (a linear model on K-hop features).
 
-    ``hidden``, ``layers`` and ``dropout`` are accepted for a uniform constructor and unused.
+    With ``readout`` it is an encoder -> head model as the others of the zoo:
+    ``hidden = dropout(ReLU(Â^K x W_1))`` ``[n, hidden]``, ``logits = readout(hidden)``.
+    Without it ``hidden`` and ``dropout`` are unused (``layers`` always is).
     """
 
-    def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 2, **_unused) -> None:
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 2, dropout: float = 0.5,
+                 readout: bool = False, **_unused) -> None:
         super().__init__()
-        self.hops = hops
-        self.linear = nn.Linear(in_channels, out_channels)
+        self.hops, self.dropout = hops, dropout
+        self.linear = nn.Linear(in_channels, hidden if readout else out_channels)
+        self.readout = nn.Linear(hidden, out_channels) if readout else None
 
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``x [n, F]`` -> logits ``[n, C]`` (and the propagated features ``[n, F]``)."""
+        """``x [n, F]`` -> logits ``[n, C]`` (and the propagated features ``[n, F]``, with
+        readout the encoder's output ``[n, hidden]``)."""
         hidden = propagate(x, adj, self.hops)[-1] if self.hops > 0 else x
         logits = self.linear(hidden)
+        if self.readout is not None:
+            hidden = F.dropout(F.relu(logits), p=self.dropout, training=self.training)
+            logits = self.readout(hidden)
         return (hidden, logits) if return_hidden else logits
 
 
@@ -173,7 +278,11 @@ class APPNPNet(nn.Module):
         return (hidden, logits) if return_hidden else logits
 
 
-MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sgc": SGC, "ssgc": SSGC, "appnp": APPNPNet}
+MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sgc": SGC, "ssgc": SSGC, "appnp": APPNPNet, "gat": PyGNet,
+                                      "sage": PyGNet, "gin": PyGNet}
+#: architectures with a READOUT option (``model.readout``).
+READOUT_ARCHS = ("gcn", "gat", "sage", "gin", "sgc")
+JK_MODES = ("cat", "max")
 
 
 def build_model(config: ModelConfig, in_channels: int, num_classes: int) -> nn.Module:
@@ -181,13 +290,34 @@ def build_model(config: ModelConfig, in_channels: int, num_classes: int) -> nn.M
     ``hops``/``alpha`` when set, else their own defaults)."""
     if config.arch not in MODELS:
         raise ConfigError(f"unknown model.arch {config.arch!r}; valid architectures: {sorted(MODELS)}")
-    if config.arch == "gcn":
+    if config.jk is not None:
+        if config.arch != "gcn" or config.jk not in JK_MODES:
+            raise ConfigError(f"model.jk = {config.jk!r} (arch {config.arch!r}) is not valid: jumping knowledge "
+                              f"is one of {list(JK_MODES)} for arch 'gcn'")
+        if not config.readout:
+            raise ConfigError("model.jk needs model.readout: true (the linear layer after the layers' combination)")
+    if config.readout and config.arch not in READOUT_ARCHS:
+        raise ConfigError(f"model.readout applies to {list(READOUT_ARCHS)}, not {config.arch!r}")
+    if config.arch in ("gcn", "gat", "sage", "gin"):
         if config.hops is not None or config.alpha is not None:
-            raise ConfigError("model.hops and model.alpha apply to 'sgc', 'ssgc' and 'appnp', not 'gcn'; "
-                              "use model.layers for the depth of a GCN")
-        return GCN(in_channels, config.hidden, num_classes, layers=config.layers,
-                   dropout=config.dropout, readout=config.readout)
+            raise ConfigError(f"model.hops and model.alpha apply to 'sgc', 'ssgc' and 'appnp', not {config.arch!r}; "
+                              f"use model.layers for the depth of a {config.arch.upper()}")
+        if config.arch == "gcn":
+            return GCN(in_channels, config.hidden, num_classes, layers=config.layers, dropout=config.dropout,
+                       readout=config.readout, jk=config.jk)
+        return PyGNet(config.arch, in_channels, config.hidden, num_classes, layers=config.layers,
+                      dropout=config.dropout, readout=config.readout)
     extra = {key: value for key, value in (("hops", config.hops), ("alpha", config.alpha)) if value is not None}
-    if config.arch == "sgc" and "alpha" in extra:
-        raise ConfigError("model.alpha is not a parameter of model.arch 'sgc'; remove it")
+    if config.arch == "sgc":
+        if "alpha" in extra:
+            raise ConfigError("model.alpha is not a parameter of model.arch 'sgc'; remove it")
+        extra["readout"] = config.readout
     return MODELS[config.arch](in_channels, config.hidden, num_classes, dropout=config.dropout, **extra)
+
+
+def hidden_width(config: ModelConfig) -> int | None:
+    """Width of the embedding ``hidden`` a model of ``config`` returns before its linear
+    head (``None`` without ``readout``: the input of its last layer, which varies)."""
+    if not config.readout:
+        return None
+    return config.hidden * (config.layers if config.jk == "cat" else 1)

@@ -361,5 +361,7 @@ def vectorised_obstacle(caps: Capabilities, model: ModelConfig) -> str | None:
         return "clients have different architectures"
     if model.arch != "gcn":
         return f"model.arch {model.arch!r} (the engine runs 'gcn')"
+    if model.jk is not None:
+        return "model.jk (the engine runs the GCN without jumping knowledge)"
     return None
 
