@@ -151,6 +151,15 @@ def study_outputs(study):
                                     axes["x"], axes["y"])
             except ConfigError as err:
                 raise WorkflowError(f"study {study!r}: {err}") from err
+        if "lines" in s["report"]["figures"]:
+            from fglrepro.config import ConfigError
+            from fglrepro.report.figures import line_coordinates
+
+            try:
+                line_coordinates({run: entry["hparams"] for run, entry in s["runs"].items()},
+                                 (s["report"].get("lines") or {}).get("x"))
+            except ConfigError as err:
+                raise WorkflowError(f"study {study!r}: {err}") from err
         out += expand(RESULTS + "/figures/{study}_{kind}.{ext}", study=study, kind=s["report"]["figures"],
                       ext=["png", "pdf"])
         if s["reported"]:
@@ -254,6 +263,7 @@ def study_meta(study):
         "decimals": s["report"]["decimals"],
         "hparams": {run: entry["hparams"] for run, entry in s["runs"].items()},
         "heatmap": s["report"].get("heatmap"),
+        "lines": s["report"].get("lines"),
         "average": s["evaluation"].get("average", "weighted"),
         "schemes": {scheme: partition_spec(s, d)["partitioner"] for d, scheme, _ in study_cells(study)},
         "partitions": [
