@@ -202,7 +202,9 @@ def test_fedper_averages_the_gcn_layers_and_keeps_each_readout(sbm):
     assert torch.allclose(method.global_model.convs[0].lin.weight, expected, atol=1e-6)
     readouts = [s.model.readout.weight for s in method.states]
     assert not torch.allclose(readouts[0], readouts[1])
-    assert_refused(method_problems("fedper", model=ModelConfig(hidden=16)), "needs model.arch 'gcn' with model.readout")
+    headless = make_method(sbm, "fedper")  # without READOUT the last GCN layer is personal
+    assert set(one_round(headless, 1)[0].params) == {"convs.0.lin.weight", "convs.0.bias"}
+    assert_refused(method_problems("fedper", model=ModelConfig(arch="sgc")), "got model.arch 'sgc', use 'gcn'")
     assert_refused(method_problems("fedper", model=READOUT, evaluation=EvalConfig(model="global")),
                    "no global model")
 

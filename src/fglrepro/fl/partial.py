@@ -17,8 +17,7 @@ class PartialAveraging(ParameterAveraging):
 
     has_global_model = False
 
-    @staticmethod
-    def shares(name: str) -> bool:
+    def shares(self, name: str) -> bool:
         """Whether parameter ``name`` is uploaded and averaged."""
         raise NotImplementedError
 

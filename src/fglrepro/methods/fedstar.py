@@ -114,8 +114,7 @@ class FedStar(PartialAveraging):
         if setup.model.arch != "gcn":
             raise ConfigError(f"fedstar builds its decoupled model from model.arch 'gcn'; got {setup.model.arch!r}")
 
-    @staticmethod
-    def shares(name: str) -> bool:
+    def shares(self, name: str) -> bool:
         """The structure channel: parameters of modules whose name ends in ``_s``."""
         return name.split(".")[0].endswith("_s")
 
