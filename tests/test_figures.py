@@ -14,7 +14,14 @@ import pytest
 import yaml
 
 from fglrepro.config import ConfigError
-from fglrepro.report.figures import FIGURE_INPUTS, bars_figure, heatmap_figure, heatmap_grid
+from fglrepro.report.figures import (
+    FIGURE_INPUTS,
+    bars_figure,
+    heatmap_figure,
+    heatmap_grid,
+    line_coordinates,
+    lines_figure,
+)
 
 LABELS = {"full": "FedTAD", "eq": "FedTAD-eq", "avg": "FedAvg"}
 COLUMNS = [["Cora", 5], ["Cora", 10], ["CiteSeer", 5]]
@@ -157,3 +164,29 @@ def test_cli_writes_bars_png_and_pdf_and_reports_a_missing_hparam(tmp_path, bars
                       "--out-prefix", str(tmp_path / "s_heatmap"))
     assert proc.returncode == 2 and "run 'full' has no hparam 'lambda_div'" in proc.stderr
     assert not (tmp_path / "s_heatmap.png").exists()
+
+
+def test_lines_against_clients_one_line_per_label_with_seed_means():
+    metrics = metrics_frame(LABELS, LABELS)
+    meta = {**meta_of(LABELS), "lines": {"x": "clients"}}
+    fig = lines_figure(metrics, meta)
+    cora = fig.axes[0]
+    assert [c.get_label() for c in cora.containers] == list(LABELS.values())
+    first = next(c for c in cora.containers if c.get_label() == "FedTAD").lines[0]
+    assert list(first.get_xdata()) == [5, 10]
+    assert list(first.get_ydata()) == pytest.approx([np.mean([accuracy("full", "Cora", k, s) for s in SEEDS])
+                                                     for k in (5, 10)])
+
+
+def test_lines_against_an_hparam_one_line_per_client_count():
+    runs = {"s01_d001": 0.75, "s001_d001": 0.001, "s001_d1": 5.0}
+    labels = {run: f"gamma {v}" for run, v in runs.items()}
+    metrics = metrics_frame(runs, labels)
+    meta = {**meta_of(labels, {run: {"gamma": v} for run, v in runs.items()}), "lines": {"x": "gamma"}}
+    fig = lines_figure(metrics, meta)
+    cora = fig.axes[0]
+    five = next(c for c in cora.containers if c.get_label() == "5 clients").lines[0]
+    assert list(five.get_xdata()) == [0.001, 0.75, 5.0]
+    assert five.get_ydata()[0] == pytest.approx(np.mean([accuracy("s001_d001", "Cora", 5, s) for s in SEEDS]))
+    with pytest.raises(ConfigError, match=r"runs \[.s001_d001.\] have no hparam .gamma."):
+        line_coordinates({**meta["hparams"], "s001_d001": {}}, "gamma")

@@ -15,6 +15,7 @@ method name, its hparams, the model/train/evaluation blocks and the method's pro
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,7 @@ def check_study(
             if isinstance(entry, Mapping):
                 _check_run(problems, f"runs.{run}", entry, blocks)
                 _check_run_partition(problems, study, run, datasets)
+                _check_grid(problems, f"runs.{run}", entry, blocks)
     _check_files(problems, study, paper_dir)
     return problems.lines
 
@@ -422,6 +424,31 @@ def _check_run(problems: Problems, prefix: str, entry: Mapping, blocks: dict) ->
             as_run = (key and key.replace(where, prefix), message.replace(where, prefix))
             if as_run not in found:
                 problems.add(key, message)
+
+
+def _check_grid(problems: Problems, prefix: str, entry: Mapping, blocks: dict) -> None:
+    """A run's ``grid`` varies only its method's hparams and ``train`` keys, and every grid
+    point is a valid run (checked as the run itself is)."""
+    from fglrepro.grid import TRAIN_KEYS, apply_point, grid_points, point_id
+    from fglrepro.methods import get_method
+
+    grid = entry.get("grid")
+    if not isinstance(grid, Mapping) or not grid or problems.is_flagged(f"{prefix}.grid"):
+        return
+    try:
+        hparam_keys = [f.name for f in dataclasses.fields(get_method(entry.get("method")).Hparams)]
+    except (ConfigError, TypeError):
+        return  # the unknown method is reported by _check_run
+    unknown = [key for key in grid if key not in hparam_keys and key not in TRAIN_KEYS]
+    if unknown:
+        problems.add(f"{prefix}.grid", f"unknown key(s) {unknown}; a grid varies hparams of "
+                                       f"{entry.get('method')} {hparam_keys} or train keys {list(TRAIN_KEYS)}")
+        return
+    base = {k: v for k, v in entry.items() if k != "per_dataset"}
+    for values in grid_points(grid):
+        for key, message in _variant_problems(problems, f"{prefix}@{point_id(values)}", apply_point(base, values),
+                                              blocks):
+            problems.add(key, message)
 
 
 def _variant_problems(

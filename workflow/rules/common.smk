@@ -10,6 +10,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from fglrepro.data.registry import DATASETS
+from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.methods import METHOD_MODULES
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
@@ -99,9 +100,24 @@ def _alternatives(values):
     return "|".join(re.escape(str(v)) for v in sorted(set(values)))
 
 
+def trained_runs(study):
+    """The runs of ``study`` that train (rows marked ``not_reproducible`` do not)."""
+    return {run: entry for run, entry in STUDIES[study]["runs"].items() if "method" in entry}
+
+
+def training_runs(study):
+    """Training run ids of ``study``: each run, or each grid point of a run with a ``grid``."""
+    return [r for run, entry in trained_runs(study).items() for r in run_ids(run, entry)]
+
+
+def run_entry(study, run_id):
+    """The study entry a training run id trains (a grid point's values applied)."""
+    return point_entry(STUDIES[study]["runs"][split_run_id(run_id)[0]], run_id)
+
+
 wildcard_constraints:
     study=_alternatives(STUDIES),
-    run=_alternatives([r for s in STUDIES.values() for r in s["runs"]] or ["none"]),
+    run=_alternatives([r for s in STUDIES for r in training_runs(s)] or ["none"]),
     dataset=_alternatives(d for s in STUDIES.values() for d in s["datasets"]),
     scheme=_alternatives(SCHEMES),
     prep=_alternatives(v["prep"] for v in SCHEMES.values()),
@@ -116,16 +132,12 @@ PARTITION_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}
 STATS_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json"
 
 
-def trained_runs(study):
-    """The runs of ``study`` that train (rows marked ``not_reproducible`` do not)."""
-    return {run: entry for run, entry in STUDIES[study]["runs"].items() if "method" in entry}
-
-
 def study_runs(study):
     """Run JSON paths of every job of ``study``."""
     s = STUDIES[study]
-    return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme_slug(s, d, run), clients=k, seed=seed)
-            for run in trained_runs(study) for d, _, k in study_cells(study) for seed in s["seeds"]]
+    return [RUN_PATH.format(study=study, run=run, dataset=d, scheme=scheme_slug(s, d, split_run_id(run)[0]),
+                            clients=k, seed=seed)
+            for run in training_runs(study) for d, _, k in study_cells(study) for seed in s["seeds"]]
 
 
 def study_partition_stats(study):
@@ -152,6 +164,15 @@ def study_outputs(study):
                                     axes["x"], axes["y"])
             except ConfigError as err:
                 raise WorkflowError(f"study {study!r}: {err}") from err
+        if "lines" in s["report"]["figures"]:
+            from fglrepro.config import ConfigError
+            from fglrepro.report.figures import line_coordinates
+
+            try:
+                line_coordinates({run: entry["hparams"] for run, entry in s["runs"].items()},
+                                 (s["report"].get("lines") or {}).get("x"))
+            except ConfigError as err:
+                raise WorkflowError(f"study {study!r}: {err}") from err
         out += expand(RESULTS + "/figures/{study}_{kind}.{ext}", study=study, kind=s["report"]["figures"],
                       ext=["png", "pdf"])
         if s["reported"]:
@@ -170,7 +191,7 @@ def dataset_resources(dataset, key):
 def run_resources(wildcards, key):
     """A training job's ``mem_mb``/``runtime``: the run's ``resources`` (or its dataset's
     ``per_dataset`` override) when the study sets them, else the dataset's size class."""
-    entry = STUDIES[wildcards.study]["runs"][wildcards.run]
+    entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     return entry.get("resources", {}).get(key, dataset_resources(wildcards.dataset, key))
 
@@ -219,7 +240,7 @@ PARTITION_CODE = source_closure(PKG / "cli" / "partition.py")
 def method_source(wildcards):
     """Source files of the run's method (and of the base method a wrapper such as FedTAD
     runs on) beyond the training core: editing them reruns only the runs that use them."""
-    entry = STUDIES[wildcards.study]["runs"][wildcards.run]
+    entry = run_entry(wildcards.study, wildcards.run)
     methods = [entry["method"], entry.get("hparams", {}).get("base")]
     modules = [PKG / "methods" / f"{METHOD_MODULES[m]}.py" for m in methods if m in METHOD_MODULES]
     return [f for f in source_closure(*modules) if f not in TRAIN_CORE]
@@ -230,7 +251,7 @@ def method_source(wildcards):
 def train_spec(wildcards):
     """JSON spec of one training job (what ``fgl-train --spec`` reads)."""
     study = STUDIES[wildcards.study]
-    entry = study["runs"][wildcards.run]
+    entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     spec = {
         "study": wildcards.study, "run": wildcards.run, "method": entry["method"],
@@ -256,6 +277,7 @@ def study_meta(study):
         "decimals": s["report"]["decimals"],
         "hparams": {run: entry["hparams"] for run, entry in trained_runs(study).items()},
         "heatmap": s["report"].get("heatmap"),
+        "lines": s["report"].get("lines"),
         "average": s["evaluation"].get("average", "weighted"),
         "schemes": {scheme: spec["partitioner"] for scheme, spec in study_schemes(study).items()},
         "partitions": [

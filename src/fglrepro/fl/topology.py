@@ -79,3 +79,19 @@ def sampled_walk_ids(edge_index: Tensor, num_nodes: int, walk_length: int, gener
             current = torch.where(moves, other, current)
             columns.append(current)
     return torch.stack(columns, dim=1).float()
+
+
+def degree_one_hot(edge_index: Tensor, num_nodes: int, dim: int) -> Tensor:
+    """``[N, dim]`` one-hot node degree (neighbours other than the node itself), degrees of
+    ``dim - 1`` or more in the last column (FedStar's degree encoding)."""
+    row, col = edge_index
+    degree = torch.bincount(row[row != col], minlength=num_nodes).clamp(max=dim - 1)
+    return torch.nn.functional.one_hot(degree, dim).float()
+
+
+def structure_encoding(edge_index: Tensor, num_nodes: int, walk_length: int = 16, degree_dim: int = 16) -> Tensor:
+    """FedStar's structure encoding (Tan et al., AAAI 2023): random-walk return probabilities
+    of lengths 1..``walk_length`` (:func:`return_probabilities`, on ``A + I``) next to the
+    one-hot degree, ``[N, walk_length + degree_dim]``."""
+    return torch.cat([return_probabilities(edge_index, num_nodes, walk_length),
+                      degree_one_hot(edge_index.cpu(), num_nodes, degree_dim)], dim=1)

@@ -47,6 +47,10 @@ METHOD_MODULES: dict[str, str] = {
     "adafgl": "adafgl",
     # FedGKC
     "fedgkc": "fedgkc",
+    # FedGKD and its baselines
+    "fedgkd": "fedgkd",
+    "fedper": "fedper",
+    "fedstar": "fedstar",
 }
 
 _REGISTRY: dict[str, type] = {}

@@ -43,6 +43,7 @@ def metrics_row(run: dict, meta: dict) -> dict:
         "method": run["method"], "label": meta["labels"].get(run["run"], run["run"]),
         "dataset": run["dataset"], "partition": partitioner_of(run, meta),
         "scheme": run["scheme"], "clients": run["clients"], "seed": run["seed"],
+        "grid_point": run.get("grid_point"), "grid_size": run.get("grid_size"),
         "status": run["status"], "wall_s": run.get("wall_s"), "peak_memory_mb": run.get("peak_memory_mb"),
         "device": run.get("device"), "git_commit": run.get("git_commit"),
     }
@@ -78,8 +79,11 @@ def curve_rows(run: dict, meta: dict) -> list[dict]:
 
 
 def collect(run_paths: list[str | Path], meta: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read run JSONs; returns ``(metrics, curves)`` data frames."""
-    runs = [json.loads(Path(p).read_text()) for p in run_paths]
+    """Read run JSONs (a run's grid points reduced to the point picked by validation accuracy,
+    :func:`fglrepro.grid.select_grid_points`); returns ``(metrics, curves)`` data frames."""
+    from fglrepro.grid import select_grid_points
+
+    runs = select_grid_points([json.loads(Path(p).read_text()) for p in run_paths])
     metrics = pd.DataFrame([metrics_row(r, meta) for r in runs])
     curves = pd.DataFrame([row for r in runs for row in curve_rows(r, meta)])
     order = ID_COLUMNS + [c for c in metrics.columns if c not in ID_COLUMNS]

@@ -16,7 +16,8 @@ import pandas as pd  # noqa: E402
 from fglrepro.config import ConfigError  # noqa: E402
 
 #: figure kind -> the aggregate CSV it reads ("curves" or "metrics").
-FIGURE_INPUTS = {"convergence": "curves", "loss": "curves", "bars": "metrics", "heatmap": "metrics"}
+FIGURE_INPUTS = {"convergence": "curves", "loss": "curves", "bars": "metrics", "heatmap": "metrics",
+                 "lines": "metrics"}
 
 
 def _clients_per_dataset(meta: dict) -> dict[str, list[int]]:
@@ -215,4 +216,55 @@ def heatmap_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
     return _finish(fig, meta)
 
 
-FIGURES = {"convergence": convergence_figure, "loss": loss_figure, "bars": bars_figure, "heatmap": heatmap_figure}
+def line_coordinates(hparams: dict[str, dict], x: str | None) -> dict[str, object]:
+    """``{run: its value of hparam x}`` for a lines figure against ``x`` (``{}`` for
+    ``x = "clients"``); a missing ``x``, or a run without that hparam, is a ConfigError."""
+    if not x:
+        raise ConfigError("the lines figure needs report.lines.x: 'clients' or an hparam every run sets")
+    if x == "clients":
+        return {}
+    missing = sorted(run for run, values in hparams.items() if x not in values)
+    if missing:
+        raise ConfigError(f"lines figure (x: {x}): runs {missing} have no hparam {x!r}")
+    return {run: values[x] for run, values in hparams.items()}
+
+
+def lines_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
+    """Mean test accuracy over the seeds of ``ok`` runs with ±std (ddof=0) error bars, a panel
+    per dataset: against the client count with one line per run label (``lines.x: clients``,
+    FedGKD Figure 5), or against a run hparam with one line per client count (FedGKD Figures
+    6-8, each run one value of the hparam)."""
+    x = meta["lines"]["x"]
+    coordinates = line_coordinates(meta["hparams"], x)
+    ok = _ok_runs(metrics)
+    datasets = meta["datasets"]
+    fig, axes = plt.subplots(1, len(datasets), squeeze=False, figsize=(4.0 * len(datasets), 3.2))
+    for ax, dataset in zip(axes[0], datasets):
+        part = ok[ok["dataset"] == dataset]
+        if x == "clients":
+            series = [(label, part[part["label"] == label], "clients") for label in meta["rows"]]
+        else:
+            part = part.assign(_x=part["run"].map(coordinates))
+            series = [(f"{k} clients", part[part["clients"] == k], "_x") for k in _clients_per_dataset(meta)[dataset]]
+        for name, rows, column in series:
+            stats = rows.groupby(column)["test_acc"].agg(mean="mean", std=lambda v: v.std(ddof=0))
+            if stats.empty:
+                continue
+            stats = stats.sort_index()
+            positions = stats.index if column == "clients" or _numeric(stats.index) else range(len(stats))
+            ax.errorbar(positions, stats["mean"], yerr=stats["std"], marker="o", capsize=3, label=name)
+            if not (column == "clients" or _numeric(stats.index)):
+                ax.set_xticks(list(positions), [_tick(v) for v in stats.index])
+        ax.set_xlabel("number of clients" if x == "clients" else x)
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(dataset, fontsize=9)
+        ax.grid(alpha=0.3)
+    return _finish(fig, meta, axes[0][0])
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
+
+
+FIGURES = {"convergence": convergence_figure, "loss": loss_figure, "bars": bars_figure, "heatmap": heatmap_figure,
+           "lines": lines_figure}
