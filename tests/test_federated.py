@@ -111,7 +111,7 @@ def test_default_eval_model_is_the_received_model_at_the_global_stage(sbm):
 #: What some methods need to be built on the test federation: hparams, a model with a linear head.
 BUILD = {"fedsage_plus": {"hparams": {"generator_rounds": 1}}, "adafgl": {"hparams": {"fedavg_rounds": 1}},
          **{name: {"model": ModelConfig(hidden=16, readout=True)}
-            for name in ("lg_fedavg", "fedtgp", "fedppn", "fedproto")}}
+            for name in ("lg_fedavg", "fedtgp", "fedppn", "fedproto", "fedgkc", "fedgls")}}
 
 
 def test_built_methods_declare_the_capabilities_of_their_spec(sbm):

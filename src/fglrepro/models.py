@@ -83,8 +83,7 @@ class ConvStack(nn.Module):
         self.convs = convs
         width = hidden * (len(convs) if jk == "cat" else 1)
         self.readout = nn.Linear(width, out_channels) if readout else None
-        self.dropout = dropout
-        self.jk = jk
+        self.layers, self.hidden, self.dropout, self.jk = len(convs), hidden, dropout, jk
 
     def graph(self, adj: Tensor):
         """What each convolution takes besides the features (the operator itself by default)."""
