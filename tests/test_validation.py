@@ -93,6 +93,16 @@ def test_datasets_are_checked_before_only_datasets_drops_them(tmp_path):
     assert problems == [] and studies["x"]["datasets"] == ["CiteSeer"] and list(studies["x"]["runs"]) == ["fedavg"]
 
 
+def test_only_seeds_keeps_the_listed_seeds_and_names_an_empty_selection(tmp_path):
+    study = make_study()
+    study["seeds"] = [0, 1, 2]
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(study))
+    studies, problems = load_studies(["x"], tmp_path, schema=SCHEMA, paper_dir=PAPER, only_seeds=[0, 2])
+    assert problems == [] and studies["x"]["seeds"] == [0, 2]
+    studies, problems = load_studies(["x"], tmp_path, schema=SCHEMA, paper_dir=PAPER, only_seeds=[7])
+    assert problems == [f"{tmp_path / 'x.yaml'}: seeds: none of them is in only_seeds=[7]"]
+
+
 def test_unknown_method():
     line = only(check(make_study(sgd={"method": "fedsgd", "label": "S"})), "fedsgd")
     assert line.startswith(f"{FILE}: runs.sgd.method: unknown method 'fedsgd'; valid methods: ['adafgl', 'coboost'")

@@ -26,6 +26,9 @@ def _fail(problems, what):
     raise WorkflowError(f"{len(problems)} problem(s) in {what}; no job was run:\n" + "\n".join(problems))
 
 
+# `--config only_seeds=[0]` reaches the config as strings.
+if isinstance(config.get("only_seeds"), list):
+    config["only_seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["only_seeds"]]
 _problems = config_problems(config, SCHEMAS / "config.schema.yaml")
 if _problems:
     _fail(_problems, "the config (" + ", ".join(map(str, workflow.configfiles)) + " and --config)")
@@ -50,7 +53,7 @@ def clients_of(study, dataset):
 # before only_datasets drops any) and all problems of all selected studies are listed at once.
 STUDIES, _problems = load_studies(
     config["studies"], config["study_dir"], schema=SCHEMAS / "study.schema.yaml", paper_dir=config["paper_dir"],
-    only_datasets=config["only_datasets"], skip_runs=config["skip_runs"],
+    only_datasets=config["only_datasets"], skip_runs=config["skip_runs"], only_seeds=config["only_seeds"],
 )
 if _problems:
     _fail(_problems, "the selected studies")
