@@ -71,7 +71,8 @@ def main() -> None:
     text = (
         "# FedTAD reliability ϕ on a graph of ogbn-arxiv size\n\n"
         f"Command: `.venv/bin/python benchmarks/fedtad_speed.py --threads {args.threads}`\n\n"
-        f"| nodes | edges | labelled | threads | ϕ time (s) | peak RSS of the process (MB) | graph built, before ϕ (MB) |\n"
+        "| nodes | edges | labelled | threads | ϕ time (s) | peak RSS of the process (MB) "
+        f"| graph built, before ϕ (MB) |\n"
         f"|---:|---:|---:|---:|---:|---:|---:|\n"
         f"| {result['nodes']} | {result['edges']} | {result['labelled']} | {result['threads']} | "
         f"{result['seconds']:.1f} | {result['peak_mb']:.0f} | {result['peak_mb_before']:.0f} |\n\n"

@@ -73,7 +73,7 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
 
 def machine() -> str:
     try:
-        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         model = platform.machine()
     packages = ("torch", "igraph", "pymetis", "scikit-learn", "networkx")

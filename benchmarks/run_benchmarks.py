@@ -45,7 +45,7 @@ def machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     try:
-        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         model = cpu
     return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, "

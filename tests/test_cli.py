@@ -8,11 +8,10 @@ import sys
 
 import pytest
 import torch
+from conftest import make_sbm
 
 from fglrepro.data.graph import save_graph
 from fglrepro.partition.build import PartitionSpec, build_partition
-
-from conftest import make_sbm
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers import all_clients, make_method, received_models
 
 from fglrepro.config import ConfigError, EvalConfig, from_dict
 from fglrepro.fl.generator import knn_pseudo_graph
@@ -13,7 +14,6 @@ from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.methods.coboost import project_to_simplex
 from fglrepro.methods.dense import DENSEHparams, boundary_adversarial_loss
-from helpers import all_clients, make_method, received_models
 
 
 def trained_teachers(method):

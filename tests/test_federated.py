@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from helpers import SPEC, all_clients, assert_refused, client_models, make_method, method_problems
 from sklearn.metrics import accuracy_score, f1_score
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, from_dict
@@ -18,7 +19,6 @@ from fglrepro.methods import METHOD_MODULES, get_method, resolve_method
 from fglrepro.metrics import accuracy, macro_f1
 from fglrepro.models import build_model
 from fglrepro.partition.build import build_partition
-from helpers import SPEC, all_clients, assert_refused, client_models, make_method, method_problems
 
 
 def test_weighted_average_is_the_weighted_mean():
@@ -105,7 +105,8 @@ def test_default_eval_model_is_the_received_model_at_the_global_stage(sbm):
         assert state.received is avg.global_model
         assert avg.eval_model(k, "global") is avg.global_model and avg.eval_model(k, "local") is state.model
     local = make_method(sbm, "local")  # holds nothing from a server: its own model at both stages
-    assert all(local.eval_model(k, stage) is s.model for k, s in enumerate(local.states) for stage in ("local", "global"))
+    assert all(local.eval_model(k, stage) is s.model
+               for k, s in enumerate(local.states) for stage in ("local", "global"))
 
 
 #: What some methods need to be built on the test federation: hparams, a model with a linear head.

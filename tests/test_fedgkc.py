@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import all_clients, assert_refused, hand_client, make_method, method_problems, one_round, train_config
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
@@ -27,7 +28,6 @@ from fglrepro.methods.fedgkc import (
     self_distillation_loss,
 )
 from fglrepro.models import edge_index_of
-from helpers import all_clients, assert_refused, hand_client, make_method, method_problems, one_round, train_config
 
 #: Table 1's zoo (client k gets architecture k mod 5), as encoder -> 16 -> head.
 DIVERGENT = ModelConfig(hidden=16, readout=True, clients=[

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import all_clients, assert_refused, client_models, make_method, method_problems, one_round
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.aggregation import parameters_of
@@ -17,7 +18,6 @@ from fglrepro.methods import get_method
 from fglrepro.methods.fedavg import FedAvg
 from fglrepro.methods.fedgkd import FedGKDHparams
 from fglrepro.methods.fedstar import DecoupledGCN
-from helpers import all_clients, assert_refused, client_models, make_method, method_problems, one_round
 
 READOUT = ModelConfig(hidden=16, readout=True)
 LOCAL = EvalConfig(model="local", average="unweighted")

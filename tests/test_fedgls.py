@@ -8,10 +8,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_sbm
+from helpers import assert_refused, make_method, method_problems, one_round, same_parameters
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.graph_learning import (
-    GraphLearner,
     cosine_knn_adjacency,
     graphless_contrastive_loss,
     knn_similarity,
@@ -21,9 +22,6 @@ from fglrepro.fl.loop import run_federation
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods.fedgls import ENCODER, distillation_loss
 from fglrepro.partition.build import PartitionSpec, build_partition
-
-from conftest import make_sbm
-from helpers import assert_refused, make_method, method_problems, one_round, same_parameters
 
 MODEL = ModelConfig(hidden=16, readout=True)
 GLOBAL = EvalConfig(model="global", average="unweighted")

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import all_clients, assert_refused, hand_client, make_method, method_problems
 from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE
 from torch_geometric.utils import add_self_loops, erdos_renyi_graph, to_dense_adj
@@ -17,7 +18,6 @@ from fglrepro.fl.loop import run_federation
 from fglrepro.fl.topology import return_probabilities
 from fglrepro.methods import resolve_method
 from fglrepro.methods.fedtad import RELIABILITY, class_reliability, per_node_weights
-from helpers import all_clients, assert_refused, hand_client, make_method, method_problems
 
 
 def path_client() -> ClientData:
@@ -87,7 +87,8 @@ def test_fedtad_plugs_in_after_another_method(sbm):
     evaluation = EvalConfig()
     fedprox = run_federation(make_method(sbm, "fedprox", {"mu": 0.5}), 2, evaluation)
     plugged = make_method(sbm, "fedtad", {"distill_epochs": 0, "base": "fedprox", "base_hparams": {"mu": 0.5}})
-    assert [r["weighted"] for r in fedprox.rounds] == [r["weighted"] for r in run_federation(plugged, 2, evaluation).rounds]
+    plugged_rounds = run_federation(plugged, 2, evaluation).rounds
+    assert [r["weighted"] for r in fedprox.rounds] == [r["weighted"] for r in plugged_rounds]
     assert_refused(method_problems("fedtad", {"base": "local"}), "'local' has no server-side model")
     with pytest.raises(ConfigError, match="'local' has no server-side model"):
         _ = resolve_method("fedtad", {"base": "local"}).capabilities

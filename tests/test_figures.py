@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import matplotlib.pyplot as plt
-from matplotlib.container import BarContainer
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from matplotlib.container import BarContainer
 
 from fglrepro.config import ConfigError
 from fglrepro.report.figures import (

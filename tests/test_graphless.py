@@ -160,7 +160,6 @@ def test_the_oracle_run_trains_on_the_partition_without_graphless_clients(tmp_pa
     import sys
 
     import yaml
-
     from test_validation import make_workdir
 
     study = graphless_study(

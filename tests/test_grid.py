@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_validation import check, make_study, only
 
 from fglrepro.grid import grid_points, point_entry, run_ids, select_grid_points, split_run_id
 from fglrepro.report.collect import collect
-from test_validation import check, make_study, only
 
 GRID = {"local_epochs": [1, 3], "tau_s": [3.0, 9.0]}
 ENTRY = {"method": "fedgkd", "label": "FedGKD", "hparams": {"gamma": 0.75}, "train": {"lr": 0.01}, "grid": GRID}

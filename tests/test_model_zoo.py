@@ -6,13 +6,13 @@ import re
 
 import pytest
 import torch
+from helpers import assert_refused, make_method, method_problems
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.loop import run_federation
 from fglrepro.methods import heterogeneous_methods, resolve_method
-from fglrepro.models import GCN, APPNPNet, GCNLayer, SGC, SSGC, build_model
-from helpers import assert_refused, make_method, method_problems
+from fglrepro.models import GCN, SGC, SSGC, APPNPNet, GCNLayer, build_model
 
 #: The ten architectures of O-pFGL's heterogeneous setting (Appendix C), one per client.
 OPFGL_ZOO = [

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import make_method
 
 from fglrepro.config import ConfigError, EvalConfig
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.training import evaluate
 from fglrepro.methods import resolve_method
-from helpers import make_method
 
 
 @pytest.mark.parametrize("base", ["fedavg", "fedtad", "local"])

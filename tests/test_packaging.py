@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tomllib
-
 import yaml
 
 from fglrepro.data.checksums import read_sums, sha256

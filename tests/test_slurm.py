@@ -18,7 +18,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from test_workflow import TINY_STUDY, make_workdir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]

@@ -115,7 +115,8 @@ def test_unknown_hparam_lists_valid_keys():
 
 
 def test_hparam_of_a_wrapped_base_is_checked():
-    study = make_study(tad={"method": "fedtad", "label": "T", "hparams": {"base": "fedprox", "base_hparams": {"nu": 1}}})
+    hparams = {"base": "fedprox", "base_hparams": {"nu": 1}}
+    study = make_study(tad={"method": "fedtad", "label": "T", "hparams": hparams})
     assert "unknown key(s) ['nu'] in runs.tad.hparams.base_hparams of fedprox" in only(check(study), "'nu'")
     study = make_study(tad={"method": "fedtad", "label": "T", "hparams": {"base": "fedsgd"}})
     assert "unknown method 'fedsgd'" in only(check(study), "fedsgd")
@@ -214,7 +215,8 @@ def test_partitioner_names_and_options():
 
 def test_partition_per_dataset_overrides_are_checked():
     study = make_study()
-    study["partition"]["per_dataset"] = {"CiteSeer": {"partitioner": "metis"}, "Coraa": {"split": BASE["partition"]["split"]}}
+    study["partition"]["per_dataset"] = {"CiteSeer": {"partitioner": "metis"},
+                                         "Coraa": {"split": BASE["partition"]["split"]}}
     lines = check(study)
     assert only(lines, "delta").startswith(f"{FILE}: partition.per_dataset.CiteSeer: unknown option(s) ['delta']")
     assert only(lines, "Coraa").startswith(f"{FILE}: partition.per_dataset.Coraa: unknown dataset 'Coraa'")
@@ -228,7 +230,8 @@ def test_more_clients_than_nodes():
     lines = check(study)
     assert lines == [f"{FILE}: clients: 3000 clients for Cora, which has 2708 nodes; use at most 2708"]
     study["clients"] = {"Cora": [3], "CiteSeer": [4000]}
-    assert check(study) == [f"{FILE}: clients.CiteSeer: 4000 clients for CiteSeer, which has 3327 nodes; use at most 3327"]
+    assert check(study) == [
+        f"{FILE}: clients.CiteSeer: 4000 clients for CiteSeer, which has 3327 nodes; use at most 3327"]
     assert check(make_study(), num_nodes={"Cora": 2, "CiteSeer": 100}) == [
         f"{FILE}: clients: 3 clients for Cora, which has 2 nodes; use at most 2"]
 
@@ -305,7 +308,8 @@ def test_the_yaml_hint_reaches_schema_errors_of_a_study():
     (ModelConfig, {"hops": 2.0}, "model.hops must be an integer or null, got 2.0 (a float)"),
     (ModelConfig, {"readout": 1}, "model.readout must be true or false, got 1"),
     (TrainConfig, {"lr": False}, "model.lr must be a number, got False (a bool)"),
-    (EvalConfig, {"patience": "20"}, "model.patience must be an integer or null, got the string '20'; write the number"),
+    (EvalConfig, {"patience": "20"},
+     "model.patience must be an integer or null, got the string '20'; write the number"),
 ])
 def test_int_float_and_bool_fields_reject_the_other_types(cls, values, message):
     with pytest.raises(ConfigError) as err:
@@ -365,7 +369,8 @@ def make_workdir(root: Path, study: dict, name: str = "bad") -> Path:
 
 
 def dry_run(work: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--dry-run", *args], cwd=work, check=False,
+    command = [sys.executable, "-m", "snakemake", "--cores", "1", "--dry-run", *args]
+    return subprocess.run(command, cwd=work, check=False,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -169,7 +169,8 @@ def test_html_report(finished):
     [
         (lambda s: s["partition"].update(bogus=1), "bogus"),
         (lambda s: s["evaluation"].update(model="server"), "server"),
-        (lambda s: s["runs"]["fedavg"].update(method="fedsgd"), "unknown method 'fedsgd'; valid methods: ['adafgl', 'coboost', 'dense', 'fedavg'"),
+        (lambda s: s["runs"]["fedavg"].update(method="fedsgd"),
+         "unknown method 'fedsgd'; valid methods: ['adafgl', 'coboost', 'dense', 'fedavg'"),
         (lambda s: s.update(datasets=["Coraa"]), "valid datasets"),
         (lambda s: s["partition"].update(partitioner="kmeans"), "valid partitioners"),
     ],

@@ -195,6 +195,7 @@ def comparison_grid_markdown(table: pd.DataFrame, meta: dict, title: str) -> str
             elif pd.isna(r.reported_mean):
                 row.append(f"{r.reproduced_mean:.{decimals}f}")
             else:
-                row.append(f"{r.reproduced_mean:.{decimals}f} ({r.reported_mean:.{decimals}f}, {r.delta:+.{decimals}f})")
+                ours, paper, delta = r.reproduced_mean, r.reported_mean, r.delta
+                row.append(f"{ours:.{decimals}f} ({paper:.{decimals}f}, {delta:+.{decimals}f})")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
