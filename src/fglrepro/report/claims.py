@@ -237,12 +237,11 @@ def evaluate(claims: list[dict], metas: Mapping[str, Mapping], summaries: Mappin
                         numbers.append(f"{where}{name} {'✓' if ok else '✗'} "
                                        + text)
                     for (role, label), r in zip(check["roles"], rows):
+                        numbers_of = {"mean": math.nan, "std": math.nan, "n_ok": 0, "n_runs": 0} if r is None else {
+                            "mean": r.mean, "std": r.std, "n_ok": r.n_ok, "n_runs": r.n_runs}
                         cells.append({"claim": claim["id"], "study": claim["study"], "dataset": dataset,
                                       "clients": clients, "metric": metric, "check": check["name"], "result": result,
-                                      "reason": reason, "role": role, "row": label,
-                                      "mean": r.mean if r is not None else math.nan,
-                                      "std": r.std if r is not None else math.nan,
-                                      "n_ok": r.n_ok if r is not None else 0, "n_runs": r.n_runs if r is not None else 0})
+                                      "reason": reason, "role": role, "row": label, **numbers_of})
         reason = "" if checked else ("no cell of its rows has ok runs" if columns else "no column of the claim is run")
         out.append({**base, "checks": checked, "holds": holds, "not_run": not_run, "verdict": verdict(holds, checked),
                     "left_out": "; ".join(left_out), "reason": reason, "numbers": "; ".join(numbers)})
