@@ -172,7 +172,7 @@ def test_markdown_has_a_section_per_paper_with_n_of_m_and_verdict():
 
 # ---- checks before any job -------------------------------------------------------------------------
 
-STUDIES = {"s": {"datasets": ["Cora", "CiteSeer"], "clients": [5, 10],
+STUDIES = {"s": {"paper": "P", "datasets": ["Cora", "CiteSeer"], "clients": [5, 10],
                  "runs": {"a": {"method": "fedavg", "label": "A"}, "b": {"not_reproducible": "why", "label": "B"}}}}
 
 
@@ -182,6 +182,7 @@ STUDIES = {"s": {"datasets": ["Cora", "CiteSeer"], "clients": [5, 10],
     ({"against": ["B", "Y"]}, "against[1]: study s has no row 'Y'"),
     ({"datasets": ["PubMed"]}, "datasets[0]: study s has no dataset 'PubMed'; its datasets: ['Cora', 'CiteSeer']"),
     ({"clients": [20]}, "clients[0]: study s has no client count 20; its client counts: [5, 10]"),
+    ({"paper": "Q"}, "paper: 'Q' is not the paper of study s, 'P'"),
     ({"lower": "B"}, "kind beats takes no key(s) ['lower']; its keys: ['against', 'exclude', 'rank', 'row']"),
     ({"row": None}, "kind beats needs key(s) ['row']"),
     ({"against": ["B"], "exclude": ["B"]}, "give against (the rows compared) or exclude"),
@@ -224,3 +225,32 @@ def test_cli_writes_claims_tables_from_metrics_csvs(tmp_path):
     assert table["verdict"].tolist() == ["confirmed", "not run"]
     assert len(pd.read_csv(tmp_path / "claims_cells.csv")) == 3 * 2
     assert "**confirmed**" in (tmp_path / "claims.md").read_text()
+
+
+@pytest.mark.e2e
+def test_workflow_checks_the_claims_of_the_studies_in_the_run(repo, tmp_path):
+    """The claims rule reads the metrics CSV of the run's study only (no training: the CSV is
+    synthetic and only the claims rule may run); a claim about another study is "not run"."""
+    import subprocess
+    import sys
+
+    from test_workflow import TINY_STUDY, make_workdir
+
+    work = make_workdir(repo, tmp_path, TINY_STUDY)
+    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump({**config, "claims": "claims.yaml"}))
+    claims = [claim(study="tiny", kind="beats", row="FedProx"), claim(id="d", study="tiny", kind="beats", row="FedAvg"),
+              claim(id="e", study="other", kind="beats", row="FedAvg")]
+    claims = [{**c, "paper": "TinyPaper"} for c in claims]
+    (work / "config" / "paper" / "claims.yaml").write_text(yaml.safe_dump({"claims": claims}))
+    other = {**TINY_STUDY, "runs": {"fedavg": {"method": "fedavg", "label": "FedAvg"}}}
+    (work / "config" / "studies" / "other.yaml").write_text(yaml.safe_dump(other))
+    (work / "results" / "metrics").mkdir(parents=True)
+    means = {"FedProx": {("Cora", 3): 71.0}, "FedAvg": {("Cora", 3): 70.0}}
+    make_metrics(means, seeds=(0, 1), study="tiny").to_csv(work / "results" / "metrics" / "tiny.csv", index=False)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/claims.csv", "--cores", "1",
+                           "--allowed-rules", "claims"], cwd=work, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pd.read_csv(work / "results" / "tables" / "claims.csv")
+    assert table["verdict"].tolist() == ["confirmed", "refuted", "not run"]
+    assert not (work / "results" / "runs").exists()

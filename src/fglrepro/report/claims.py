@@ -92,6 +92,9 @@ def check_claims(claims: list[dict], studies: Mapping[str, Any], where: str = "c
             problems.append(f"{at}: study: unknown study {claim['study']!r}; available studies: {sorted(studies)}")
             continue
         study = studies[claim["study"]]
+        if claim["paper"] != study.get("paper"):
+            problems.append(f"{at}: paper: {claim['paper']!r} is not the paper of study {claim['study']}, "
+                            f"{study.get('paper')!r}")
         labels = study_labels(study)
         for key, label in claim_rows(claim):
             if label not in labels:

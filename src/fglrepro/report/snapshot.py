@@ -40,8 +40,8 @@ def snapshot_runs(metrics: list[pd.DataFrame], results_dir: str = "results") -> 
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
-    """runs.csv as written (floats read back exactly)."""
-    return pd.read_csv(path, float_precision="round_trip", keep_default_na=True)
+    """runs.csv, read as :func:`render` reads it."""
+    return pd.read_csv(path)
 
 
 def load_claims(path: str | Path) -> list[dict]:
