@@ -38,6 +38,7 @@ KIND_KEYS = {
 }
 COMMON_KEYS = {"id", "paper", "study", "source", "statement", "note", "kind", "metrics", "datasets", "clients"}
 VERDICTS = ("confirmed", "partly", "refuted", "not run")
+DEFAULT_METRICS = ["acc"]
 CLAIM_COLUMNS = ["claim", "paper", "study", "kind", "source", "statement", "metrics", "checks", "holds", "not_run",
                  "verdict", "left_out", "reason", "numbers"]
 CELL_COLUMNS = ["claim", "study", "dataset", "clients", "metric", "check", "result", "reason", "role", "row", "mean",
@@ -201,6 +202,7 @@ def evaluate(claims: list[dict], metas: Mapping[str, Mapping], summaries: Mappin
     a long frame with a row per check x role (columns :data:`CELL_COLUMNS`)."""
     out, cells = [], []
     for claim in claims:
+        claim = {"metrics": DEFAULT_METRICS, **claim}
         base = {"claim": claim["id"], "paper": claim["paper"], "study": claim["study"], "kind": claim["kind"],
                 "source": claim["source"], "statement": claim["statement"], "metrics": " ".join(claim["metrics"])}
         meta = metas.get(claim["study"])
