@@ -229,7 +229,8 @@ def test_cli_writes_claims_tables_from_metrics_csvs(tmp_path):
 @pytest.mark.e2e
 def test_workflow_checks_the_claims_of_the_studies_in_the_run(repo, tmp_path):
     """The claims rule reads the metrics CSV of the run's study only (no training: the CSV is
-    synthetic and only the claims rule may run); a claim about another study is "not run"."""
+    synthetic and only the claims and snapshot rules may run); a claim about another study is
+    "not run"; the snapshot rule writes docs/results/ from the same CSV."""
     import subprocess
     import sys
 
@@ -247,9 +248,16 @@ def test_workflow_checks_the_claims_of_the_studies_in_the_run(repo, tmp_path):
     (work / "results" / "metrics").mkdir(parents=True)
     means = {"FedProx": {("Cora", 3): 71.0}, "FedAvg": {("Cora", 3): 70.0}}
     make_metrics(means, seeds=(0, 1), study="tiny").to_csv(work / "results" / "metrics" / "tiny.csv", index=False)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/claims.csv", "--cores", "1",
-                           "--allowed-rules", "claims"], cwd=work, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/claims.csv", "snapshot", "--cores", "1",
+                           "--allowed-rules", "claims", "snapshot"], cwd=work, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = pd.read_csv(work / "results" / "tables" / "claims.csv")
     assert table["verdict"].tolist() == ["confirmed", "refuted", "not run"]
     assert not (work / "results" / "runs").exists()
+    # the snapshot of the same run: its claims are the claims table's, its runs carry their targets
+    snapshot = work / "docs" / "results"
+    assert pd.read_csv(snapshot / "claims.csv").equals(table)
+    runs = pd.read_csv(snapshot / "runs.csv")
+    assert runs["target"].iloc[0] == "results/runs/tiny/fedprox/Cora/louvain_x/k3/seed0.json"
+    assert {"tiny.md", "tiny.comparison.md", "README.md"} <= {p.name for p in snapshot.iterdir()}
