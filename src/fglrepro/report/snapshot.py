@@ -103,7 +103,7 @@ def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.Dat
               "The same seed on CPU gives the same numbers. Each row of `runs.csv` names its Snakemake target "
               "(`target`, the run JSON); e.g.", "", "```",
               "snakemake --cores 1 --config studies=[<study>] only_datasets=all -- <target>", "```", "",
-              "Regenerate the snapshot from `results/` with `snakemake snapshot --cores 1 --config "
+              "Regenerate the snapshot from `results/` with `snakemake snapshot --cores 1 --forcerun snapshot --config "
               "studies=[...]`, or re-render its tables and claims from `runs.csv` alone (after editing "
               "`config/paper/claims.yaml` or the reported values) with `fgl-report snapshot --rerender --out "
               "docs/results`.", ""]
