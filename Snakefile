@@ -18,6 +18,7 @@ include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/claims.smk"
 
 
 localrules:
@@ -28,9 +29,12 @@ localrules:
     comparison,
     figures,
     partition_stats,
+    claims,
+    snapshot,
 
 
 rule all:
     input:
         [path for study in STUDIES for path in study_outputs(study)],
+        CLAIMS_OUTPUTS if CLAIMS_FILE and config["targets"] == "all" else [],
     default_target: True

@@ -6,6 +6,11 @@
     fgl-report figures --kind bars|heatmap --meta JSON --metrics m.csv --out-prefix results/figures/<study>_<kind>
     fgl-report partition-stats --meta JSON [--reported stats.csv] --out-prefix results/tables/<study>.partition_stats \
         --figure-dir results/figures/<study>_partitions STATS.json...
+    fgl-report claims --claims config/paper/claims.yaml --meta '{"<study>": META, ...}' \
+        --out-prefix results/tables/claims METRICS.csv...
+    fgl-report snapshot --claims config/paper/claims.yaml --meta '{"<study>": META, ...}' \
+        --out docs/results METRICS.csv...
+    fgl-report snapshot --rerender --claims config/paper/claims.yaml --out docs/results
 """
 
 from __future__ import annotations
@@ -41,7 +46,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     stats.add_argument("--figure-dir", required=True, help="directory for one label heat map per partition")
     stats.add_argument("--reported", default=None, help="reported partition statistics CSV (config/paper/)")
     stats.add_argument("stats", nargs="+", help="statistics JSONs, in the order of meta['partitions']")
+    claims = sub.add_parser("claims", help="check the papers' claims against the studies' metrics")
+    claims.add_argument("--claims", required=True, help="claims file (config/paper/claims.yaml)")
+    claims.add_argument("--meta", required=True, help="JSON: study -> study metadata, for the studies of this run")
+    claims.add_argument("--out-prefix", required=True, help="writes <prefix>.csv, <prefix>.md, <prefix>_cells.csv")
+    claims.add_argument("metrics", nargs="*", help="metrics CSVs of the studies of this run")
+    snap = sub.add_parser("snapshot", help="write docs/results/ (runs.csv and what is rendered from it)")
+    snap.add_argument("--claims", help="claims file (config/paper/claims.yaml); none: an empty claims table")
+    snap.add_argument("--paper-dir", default="config/paper", help="folder of the reported-values CSVs")
+    snap.add_argument("--out", required=True, help="snapshot folder (docs/results)")
+    snap.add_argument("--meta", help="JSON: study -> study metadata (not with --rerender)")
+    snap.add_argument("--results-dir", default="results", help="results folder, for the runs' targets")
+    snap.add_argument("--rerender", action="store_true", help="render again from the snapshot's runs.csv")
+    snap.add_argument("metrics", nargs="*", help="metrics CSVs of the snapshot's studies")
     args = parser.parse_args(argv)
+    if args.command == "snapshot" and args.rerender == bool(args.meta or args.metrics):
+        parser.error("snapshot takes --meta and metrics CSVs, or --rerender alone")
     if args.command == "figures" and getattr(args, FIGURE_INPUTS[args.kind]) is None:
         parser.error(f"figures --kind {args.kind} needs --{FIGURE_INPUTS[args.kind]}")
     return args
@@ -76,6 +96,45 @@ def partition_report(args, meta: dict) -> None:
         plt.close(fig)
 
 
+def claims_report(args) -> None:
+    """The claims table (csv + md) and its cells (long csv) from the studies' metrics CSVs."""
+    import pandas as pd
+
+    from fglrepro.config import ConfigError
+    from fglrepro.io import atomic_write_text
+    from fglrepro.report.claims import claims_markdown, evaluate
+    from fglrepro.report.snapshot import load_claims
+    from fglrepro.report.tables import cell_summary
+
+    metas = json.loads(args.meta)
+    summaries = {}
+    for path in args.metrics:
+        metrics = pd.read_csv(path)
+        studies = sorted(set(metrics["study"]))
+        if len(studies) != 1 or studies[0] not in metas:
+            raise ConfigError(f"{path}: holds studies {studies}; expected one of the studies in --meta {sorted(metas)}")
+        summaries[studies[0]] = cell_summary(metrics)
+    table, cells = evaluate(load_claims(args.claims), metas, summaries)
+    atomic_write_text(table.to_csv(index=False), f"{args.out_prefix}.csv")
+    atomic_write_text(cells.to_csv(index=False), f"{args.out_prefix}_cells.csv")
+    atomic_write_text(claims_markdown(table), f"{args.out_prefix}.md")
+    log.info("%d claims: %s", len(table), table["verdict"].value_counts().to_dict())
+
+
+def snapshot(args) -> None:
+    import pandas as pd
+
+    from fglrepro.report.snapshot import load_claims, rerender, write_snapshot
+
+    claims = load_claims(args.claims) if args.claims else []
+    if args.rerender:
+        files = rerender(args.out, claims, args.paper_dir)
+    else:
+        files = write_snapshot([pd.read_csv(p) for p in args.metrics], json.loads(args.meta), claims,
+                               args.paper_dir, args.out, args.results_dir)
+    log.info("snapshot %s: %d files rendered", args.out, len(files))
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
 
@@ -84,6 +143,12 @@ def main(argv=None) -> None:
 
         from fglrepro.io import atomic_write_text
 
+        if args.command == "claims":
+            claims_report(args)
+            return
+        if args.command == "snapshot":
+            snapshot(args)
+            return
         meta = json.loads(args.meta)
         prefix = args.out_prefix
         if args.command == "partition-stats":
@@ -101,24 +166,12 @@ def main(argv=None) -> None:
 
         summary = tables.cell_summary(pd.read_csv(args.metrics))
         if args.command == "tables":
-            text, best = tables.side_by_side(summary, meta)
-            md = [tables.to_markdown(text, best, f"{meta['paper']} {meta['table']} ({meta['study']}): test accuracy "
-                                                 "and macro-F1 (%) side by side, mean ± std over seeds")]
-            tex = []
-            for metric, name in (("acc", "test accuracy"), ("f1_macro", "test macro-F1")):
-                text, best = tables.layout(summary, meta, metric)
-                title = f"{meta['paper']} {meta['table']} ({meta['study']}): {name} (%), mean ± std over seeds"
-                md.append(tables.to_markdown(text, best, title))
-                tex.append(tables.to_latex(text, best, title))
-            atomic_write_text("\n".join(md), f"{prefix}.md")
-            atomic_write_text("\n".join(tex), f"{prefix}.tex")
-            atomic_write_text(summary.to_csv(index=False), f"{prefix}.csv")
+            for ext, text in tables.study_table_texts(summary, meta).items():
+                atomic_write_text(text, f"{prefix}.{ext}")
         else:
             table = tables.comparison(summary, pd.read_csv(args.reported), meta)
-            atomic_write_text(table.to_csv(index=False), f"{prefix}.csv")
-            title = f"{meta['paper']} {meta['table']} ({meta['study']})"
-            atomic_write_text(tables.comparison_grid_markdown(table, meta, title) + "\n"
-                              + tables.comparison_markdown(table, title, meta["decimals"]), f"{prefix}.md")
+            for ext, text in tables.comparison_texts(table, meta).items():
+                atomic_write_text(text, f"{prefix}.{ext}")
             gaps = table.dropna(subset=["delta"])
             log.info("%d cells compared, mean |delta| %.2f points", len(gaps), gaps["delta"].abs().mean())
 

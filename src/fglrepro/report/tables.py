@@ -199,3 +199,25 @@ def comparison_grid_markdown(table: pd.DataFrame, meta: dict, title: str) -> str
                 row.append(f"{ours:.{decimals}f} ({paper:.{decimals}f}, {delta:+.{decimals}f})")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def study_table_texts(summary: pd.DataFrame, meta: dict) -> dict[str, str]:
+    """The study's table files (``md``, ``tex``, ``csv``): accuracy and macro-F1 side by side, then
+    each metric alone, in the paper's layout."""
+    name = f"{meta['paper']} {meta['table']} ({meta['study']})"
+    text, best = side_by_side(summary, meta)
+    md = [to_markdown(text, best, f"{name}: test accuracy and macro-F1 (%) side by side, mean ± std over seeds")]
+    tex = []
+    for metric, words in (("acc", "test accuracy"), ("f1_macro", "test macro-F1")):
+        text, best = layout(summary, meta, metric)
+        title = f"{name}: {words} (%), mean ± std over seeds"
+        md.append(to_markdown(text, best, title))
+        tex.append(to_latex(text, best, title))
+    return {"md": "\n".join(md), "tex": "\n".join(tex), "csv": summary.to_csv(index=False)}
+
+
+def comparison_texts(table: pd.DataFrame, meta: dict) -> dict[str, str]:
+    """The comparison files (``csv``, ``md``: the paper's layout, then one line per cell)."""
+    title = f"{meta['paper']} {meta['table']} ({meta['study']})"
+    md = comparison_grid_markdown(table, meta, title) + "\n" + comparison_markdown(table, title, meta["decimals"])
+    return {"csv": table.to_csv(index=False), "md": md}

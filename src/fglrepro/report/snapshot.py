@@ -1,0 +1,141 @@
+"""A committed snapshot of reproduced results (docs/results/): the runs, and everything derived from them.
+
+``runs.csv`` holds one row per run of the snapshot's studies (ids to re-run it, status, test metrics,
+provenance) and ``studies.json`` what the tables need to know about each study. Every other file
+(the studies' tables, the comparisons with the papers, the claims) is rendered from those two, the
+claims file and the reported values by :func:`render`, so that a test can render them again and
+compare with the committed files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+
+#: columns of runs.csv: what a reader needs to see a run's result and to re-run it.
+RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "partition", "scheme", "clients", "seed",
+               "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "wall_s", "device", "git_commit",
+               "target"]
+RUNS, STUDIES = "runs.csv", "studies.json"
+
+
+def run_target(row: Mapping, results_dir: str = "results") -> str:
+    """The Snakemake target (run JSON) that re-runs one run: ``results/runs/<study>/<run>[@<point>]/...``."""
+    from fglrepro.grid import SEPARATOR
+
+    run = row["run"] if pd.isna(row.get("grid_point")) else f"{row['run']}{SEPARATOR}{row['grid_point']}"
+    return (f"{results_dir}/runs/{row['study']}/{run}/{row['dataset']}/{row['scheme']}/k{row['clients']}"
+            f"/seed{row['seed']}.json")
+
+
+def snapshot_runs(metrics: list[pd.DataFrame], results_dir: str = "results") -> pd.DataFrame:
+    """The rows of runs.csv from the studies' metrics CSVs (:func:`fglrepro.report.collect.collect`),
+    in study order."""
+    frame = pd.concat(metrics, ignore_index=True).reindex(columns=RUN_COLUMNS)
+    frame["target"] = [run_target(row, results_dir) for row in frame.to_dict("records")]
+    return frame
+
+
+def read_runs(path: str | Path) -> pd.DataFrame:
+    """runs.csv, read as :func:`render` reads it."""
+    return pd.read_csv(path)
+
+
+def load_claims(path: str | Path) -> list[dict]:
+    """The claims of a claims file (checked by the workflow before any job runs)."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())["claims"]
+
+
+def render(runs: pd.DataFrame, metas: Mapping[str, dict], claims: list[dict], paper_dir: str | Path
+           ) -> dict[str, str]:
+    """Every derived file of a snapshot, name -> text: ``<study>.md`` (the table), ``<study>.comparison.
+    {csv,md}`` (studies with reported values in ``paper_dir``), ``claims.{csv,md}``, ``claims_cells.csv``
+    and ``README.md``."""
+    from fglrepro.report.claims import claims_markdown, evaluate
+    from fglrepro.report.tables import cell_summary, comparison, comparison_texts, study_table_texts
+
+    files, summaries = {}, {}
+    for study, meta in metas.items():
+        part = runs[runs["study"] == study]
+        if part.empty:
+            continue
+        summaries[study] = summary = cell_summary(part)
+        files[f"{study}.md"] = study_table_texts(summary, meta)["md"]
+        if meta.get("reported"):
+            table = comparison(summary, pd.read_csv(Path(paper_dir) / meta["reported"]), meta)
+            for ext, text in comparison_texts(table, meta).items():
+                files[f"{study}.comparison.{ext}"] = text
+    table, cells = evaluate(claims, metas, summaries)
+    files["claims.csv"] = table.to_csv(index=False)
+    files["claims_cells.csv"] = cells.to_csv(index=False)
+    files["claims.md"] = claims_markdown(table)
+    files["README.md"] = index_markdown(runs, metas, table)
+    return files
+
+
+def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.DataFrame) -> str:
+    """The snapshot's README: what is here, the studies with their run counts, the claims' verdicts,
+    how to re-run a cell and how to regenerate the snapshot."""
+    commits = sorted(set(runs["git_commit"].dropna().astype(str)))
+    lines = ["# Reproduced results: snapshot", "",
+             "Written by `snakemake snapshot --cores 1` from `results/`; do not edit by hand. `runs.csv` has one "
+             "row per run (a grid run: its point picked by validation accuracy); every other file is rendered "
+             "from it, `studies.json`, `config/paper/claims.yaml` and the reported values in `config/paper/`, "
+             "and a test renders them again and compares (`tests/test_snapshot.py`).", "",
+             f"{len(runs)} runs, {int((runs['status'] == 'ok').sum())} ok; code commit(s): "
+             + (", ".join(f"`{c[:10]}`" for c in commits) or "not recorded") + ".", "",
+             "| Study | Paper | Table | Runs (ok) | Table file | Comparison |", "|---|---|---|---:|---|---|"]
+    for study, meta in metas.items():
+        part = runs[runs["study"] == study]
+        comparison = f"[{study}.comparison.md]({study}.comparison.md)" if meta.get("reported") and len(part) else ""
+        table = f"[{study}.md]({study}.md)" if len(part) else ""
+        lines.append(f"| {study} | {meta['paper']} | {meta['table']} | {len(part)} "
+                     f"({int((part['status'] == 'ok').sum())}) | {table} | {comparison} |")
+    counts = claims["verdict"].value_counts()
+    lines += ["", "Claims ([claims.md](claims.md), cell by cell in `claims_cells.csv`): "
+              + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("confirmed", "partly", "refuted", "not run")) + ".",
+              "", "## Re-run a cell", "",
+              "The same seed on CPU gives the same numbers. Each row of `runs.csv` names its Snakemake target "
+              "(`target`, the run JSON); e.g.", "", "```",
+              "snakemake --cores 1 --config studies=[<study>] only_datasets=all -- <target>", "```", "",
+              "Regenerate the snapshot from `results/` with `snakemake snapshot --cores 1 --forcerun snapshot --config "
+              "studies=[...]`, or re-render its tables and claims from `runs.csv` alone (after editing "
+              "`config/paper/claims.yaml` or the reported values) with `fgl-report snapshot --rerender --out "
+              "docs/results`.", ""]
+    return "\n".join(lines)
+
+
+def write_files(files: Mapping[str, str], out_dir: str | Path) -> None:
+    from fglrepro.io import atomic_write_text
+
+    for name, text in files.items():
+        atomic_write_text(text, Path(out_dir) / name)
+
+
+def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claims: list[dict],
+                   paper_dir: str | Path, out_dir: str | Path, results_dir: str = "results") -> dict[str, str]:
+    """Write runs.csv and studies.json to ``out_dir`` (files of a previous snapshot are removed),
+    then the files :func:`render` derives from them as read back; returns the rendered files."""
+    from fglrepro.io import atomic_write_text
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if old.is_file():
+            old.unlink()
+    atomic_write_text(snapshot_runs(metrics, results_dir).to_csv(index=False), out / RUNS)
+    atomic_write_text(json.dumps(dict(metas), indent=1, sort_keys=True) + "\n", out / STUDIES)
+    return rerender(out, claims, paper_dir)
+
+
+def rerender(out_dir: str | Path, claims: list[dict], paper_dir: str | Path) -> dict[str, str]:
+    """Render a snapshot's derived files again from its runs.csv and studies.json and write them."""
+    files = render(read_runs(Path(out_dir) / RUNS), json.loads((Path(out_dir) / STUDIES).read_text()), claims,
+                   paper_dir)
+    write_files(files, out_dir)
+    return files

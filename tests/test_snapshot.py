@@ -1,0 +1,120 @@
+"""The committed results snapshot (docs/results/): round trip, and its tables and claims consistent with its runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from test_claims import claim, every_cell, make_meta, make_metrics
+
+from fglrepro.report.snapshot import RUN_COLUMNS, RUNS, STUDIES, load_claims, read_runs, render, write_snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+SNAPSHOT = REPO / "docs" / "results"
+PAPER_DIR = REPO / "config" / "paper"
+CLAIMS = PAPER_DIR / "claims.yaml"
+
+
+def differences(snapshot: Path, claims: list[dict], paper_dir: Path) -> list[str]:
+    """Files of a snapshot that differ from what its runs.csv and studies.json render to."""
+    files = render(read_runs(snapshot / RUNS), json.loads((snapshot / STUDIES).read_text()), claims, paper_dir)
+    on_disk = {p.name for p in snapshot.iterdir()} - {RUNS, STUDIES}
+    changed = [name for name, text in files.items() if not (snapshot / name).is_file()
+               or (snapshot / name).read_text() != text]
+    return sorted(changed + sorted(on_disk - set(files)))
+
+
+@pytest.fixture
+def snapshot(tmp_path):
+    """A snapshot of two synthetic studies (one with reported values) written to tmp."""
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    pd.DataFrame([{"paper": "P", "table": "Table 1", "method": "A", "dataset": "Cora", "clients": 5, "metric": "acc",
+                   "mean": 74.0, "std": 0.5}]).to_csv(paper / "reported.csv", index=False)
+    metas = {"s": {**make_meta(["A", "B"]), "reported": "reported.csv"}, "t": make_meta(["C", "D"], study="t")}
+    metrics = [make_metrics({"A": every_cell(75.0), "B": every_cell(70.0)}),
+               make_metrics({"C": every_cell(60.0), "D": every_cell(65.0)}, study="t")]
+    metrics[0].loc[0, "grid_point"] = "lr=0.1"
+    claims = [claim(kind="beats", row="A"), claim(id="d", study="t", kind="beats", row="C"),
+              claim(id="e", study="u", kind="beats", row="X")]
+    out = tmp_path / "results"
+    write_snapshot(metrics, metas, claims, paper, out)
+    return out, claims, paper
+
+
+def test_snapshot_holds_runs_with_their_targets_and_the_rendered_tables(snapshot):
+    out, claims, paper = snapshot
+    runs = read_runs(out / RUNS)
+    assert list(runs.columns) == RUN_COLUMNS and len(runs) == 2 * 2 * 3 * 3
+    first = runs.iloc[0]
+    assert first["target"] == "results/runs/s/a@lr=0.1/Cora/louvain_x/k5/seed0.json"
+    assert runs.iloc[1]["target"] == "results/runs/s/a/Cora/louvain_x/k5/seed1.json"
+    assert set(runs["git_commit"]) == {"abc123"}
+    names = {p.name for p in out.iterdir()}
+    assert names == {"runs.csv", "studies.json", "s.md", "t.md", "s.comparison.csv", "s.comparison.md", "claims.csv",
+                     "claims_cells.csv", "claims.md", "README.md"}
+    assert pd.read_csv(out / "claims.csv")["verdict"].tolist() == ["confirmed", "refuted", "not run"]
+    comparison = pd.read_csv(out / "s.comparison.csv")
+    assert comparison.loc[comparison["reported_mean"].notna(), "delta"].tolist() == [pytest.approx(1.0)]
+    readme = (out / "README.md").read_text()
+    assert "36 runs, 36 ok" in readme and "1 confirmed, 0 partly, 1 refuted, 1 not run" in readme
+
+
+def test_rendering_again_from_runs_csv_gives_the_same_files(snapshot):
+    out, claims, paper = snapshot
+    assert differences(out, claims, paper) == []
+
+
+@pytest.mark.parametrize("name, old, new", [
+    ("s.md", "75.0 ± 0.0", "75.1 ± 0.0"),
+    ("claims.csv", "confirmed", "refuted"),
+    ("claims.md", "3 of 3", "2 of 3"),
+    ("s.comparison.md", "+1.0", "+1.1"),
+])
+def test_an_edited_number_in_a_committed_table_is_detected(snapshot, tmp_path, name, old, new):
+    out, claims, paper = snapshot
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    text = (copy / name).read_text()
+    assert old in text
+    (copy / name).write_text(text.replace(old, new, 1))
+    assert differences(copy, claims, paper) == [name]
+
+
+def test_an_edited_run_changes_the_tables_rendered_from_it(snapshot):
+    out, claims, paper = snapshot
+    runs = read_runs(out / RUNS)
+    runs.loc[runs["label"] == "A", "test_acc"] = 60.0
+    runs.to_csv(out / RUNS, index=False)
+    assert {"s.md", "claims.csv", "claims.md", "claims_cells.csv", "s.comparison.md"} <= set(
+        differences(out, claims, paper))
+
+
+def test_a_stale_file_in_the_snapshot_is_detected(snapshot):
+    out, claims, paper = snapshot
+    (out / "old_study.md").write_text("stale")
+    assert differences(out, claims, paper) == ["old_study.md"]
+
+
+def test_cli_rerender_rewrites_the_derived_files(snapshot):
+    from fglrepro.cli.report import main
+
+    out, claims, paper = snapshot
+    (out / "claims.md").write_text("edited")
+    claims_file = out.parent / "claims.yaml"
+    claims_file.write_text(yaml.safe_dump({"claims": claims}))
+    main(["snapshot", "--rerender", "--claims", str(claims_file), "--paper-dir", str(paper), "--out", str(out)])
+    assert differences(out, claims, paper) == []
+
+
+@pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="docs/results/ is not committed yet: the lead writes it from real "
+                                                  "runs with `snakemake snapshot --cores 1`")
+def test_committed_snapshot_tables_and_claims_are_consistent_with_its_runs():
+    changed = differences(SNAPSHOT, load_claims(CLAIMS), PAPER_DIR)
+    assert not changed, (f"docs/results/ files {changed} differ from what runs.csv renders to; render them again "
+                         "with `fgl-report snapshot --rerender --claims config/paper/claims.yaml --out docs/results` "
+                         "(never edit them by hand)")

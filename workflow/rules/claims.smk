@@ -1,0 +1,71 @@
+"""The papers' claims checked against the reproduced means, and the committed results snapshot.
+
+``claims`` (in ``rule all`` when targets == all and ``config["claims"]`` is set) reads only the
+metrics CSVs of this run's studies; claims about other studies are "not run". ``snapshot`` is run
+explicitly (``snakemake snapshot --cores 1``) and writes docs/results/ from results/.
+"""
+
+import yaml
+
+from fglrepro.report.claims import claims_problems
+
+CLAIMS_FILE = str(Path(config["paper_dir"]) / config["claims"]) if config["claims"] else None
+if CLAIMS_FILE:
+    _problems = claims_problems(CLAIMS_FILE, config["study_dir"], SCHEMAS / "claims.schema.yaml")
+    if _problems:
+        _fail(_problems, f"the claims file {CLAIMS_FILE}")
+
+#: studies of this run whose rows train (those with a metrics CSV).
+CLAIM_STUDIES = [s for s in STUDIES if trained_runs(s)]
+CLAIMS_OUTPUTS = expand(RESULTS + "/tables/claims{suffix}", suffix=[".csv", ".md", "_cells.csv"])
+SNAPSHOT = "docs/results"
+
+
+def claims_meta(study):
+    """What the claims and the snapshot need of a study: its meta, the file of reported values and
+    every row of its study file (``all_rows``, before ``skip_runs``)."""
+    meta = json.loads(study_meta(study))
+    keep = ("study", "paper", "table", "title", "labels", "rows", "not_reproducible", "columns", "decimals")
+    path = Path(config["study_dir"]) / f"{study}.yaml"
+    all_rows = [e["label"] for e in yaml.safe_load(path.read_text())["runs"].values()]
+    return {**{k: meta[k] for k in keep}, "reported": STUDIES[study]["reported"], "all_rows": all_rows}
+
+
+def claims_metas():
+    return json.dumps({s: claims_meta(s) for s in CLAIM_STUDIES}, sort_keys=True)
+
+
+rule claims:
+    input:
+        metrics=expand(RESULTS + "/metrics/{study}.csv", study=CLAIM_STUDIES),
+        claims=CLAIMS_FILE or [],
+        code=[PKG / "cli/report.py", PKG / "report/claims.py", PKG / "report/tables.py"],
+    output:
+        csv=RESULTS + "/tables/claims.csv",
+        md=RESULTS + "/tables/claims.md",
+        cells=RESULTS + "/tables/claims_cells.csv",
+    params:
+        meta=lambda w: claims_metas(),
+    log:
+        RESULTS + "/logs/claims.log",
+    shell:
+        "fgl-report claims --claims {input.claims} --meta {params.meta:q} --out-prefix {RESULTS}/tables/claims"
+        " {input.metrics} > {log} 2>&1"
+
+
+rule snapshot:
+    input:
+        metrics=expand(RESULTS + "/metrics/{study}.csv", study=CLAIM_STUDIES),
+        claims=CLAIMS_FILE or [],  # without a claims file the snapshot has an empty claims table
+        reported=[Path(config["paper_dir"]) / STUDIES[s]["reported"] for s in CLAIM_STUDIES if STUDIES[s]["reported"]],
+        code=[PKG / "cli/report.py", PKG / "report/snapshot.py", PKG / "report/claims.py", PKG / "report/tables.py"],
+    output:
+        directory(SNAPSHOT),
+    params:
+        meta=lambda w: claims_metas(),
+        claims=lambda w, input: f"--claims {input.claims}" if CLAIMS_FILE else "",
+    log:
+        RESULTS + "/logs/snapshot.log",
+    shell:
+        "fgl-report snapshot {params.claims} --paper-dir {config[paper_dir]} --meta {params.meta:q}"
+        " --results-dir {RESULTS} --out {output} {input.metrics} > {log} 2>&1"
