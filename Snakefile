@@ -18,6 +18,7 @@ include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/html.smk"
 
 
 localrules:
@@ -33,4 +34,5 @@ localrules:
 rule all:
     input:
         [path for study in STUDIES for path in study_outputs(study)],
+        REPORT_OUTPUTS,
     default_target: True

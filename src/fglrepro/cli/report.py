@@ -6,6 +6,8 @@
     fgl-report figures --kind bars|heatmap --meta JSON --metrics m.csv --out-prefix results/figures/<study>_<kind>
     fgl-report partition-stats --meta JSON [--reported stats.csv] --out-prefix results/tables/<study>.partition_stats \
         --figure-dir results/figures/<study>_partitions STATS.json...
+    fgl-report html --paper P --meta JSON_LIST --results results [--claims claims.csv] --out results/report/P.html
+    fgl-report reproduction --snapshot docs/results --study-dir config/studies --notes docs/notes --out docs/REPRODUCTION.md
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     stats.add_argument("--figure-dir", required=True, help="directory for one label heat map per partition")
     stats.add_argument("--reported", default=None, help="reported partition statistics CSV (config/paper/)")
     stats.add_argument("stats", nargs="+", help="statistics JSONs, in the order of meta['partitions']")
+    page = sub.add_parser("html", help="one self-contained HTML report of a paper")
+    page.add_argument("--paper", required=True)
+    page.add_argument("--meta", required=True, help="JSON list of the paper's study metadata (workflow/rules/html.smk)")
+    page.add_argument("--results", required=True, help="the workflow's results directory")
+    page.add_argument("--claims", default=None, help="claims CSV; a missing file reads as 'claims not evaluated'")
+    page.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.command == "figures" and getattr(args, FIGURE_INPUTS[args.kind]) is None:
         parser.error(f"figures --kind {args.kind} needs --{FIGURE_INPUTS[args.kind]}")
@@ -85,10 +93,19 @@ def main(argv=None) -> None:
         from fglrepro.io import atomic_write_text
 
         meta = json.loads(args.meta)
-        prefix = args.out_prefix
         if args.command == "partition-stats":
             partition_report(args, meta)
             return
+        if args.command == "html":
+            from pathlib import Path
+
+            from fglrepro.report.html import paper_report
+
+            claims = pd.read_csv(args.claims) if args.claims and Path(args.claims).is_file() else None
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(paper_report(args.paper, meta, args.results, claims), args.out)
+            return
+        prefix = args.out_prefix
         if args.command == "figures":
             from fglrepro.report.figures import FIGURE_INPUTS, FIGURES
 
