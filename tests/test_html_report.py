@@ -196,3 +196,22 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
     assert "<table>" in dom and "<th>Cora (5) Acc</th>" in dom
     assert '<tr class="partly"><td>synth-beats-all</td>' in dom and "<td>confirmed</td>" in dom
     assert dom.count("<img") == 3
+
+
+@pytest.mark.e2e
+def test_workflow_builds_the_paper_report(repo, tmp_path):
+    """A one-run, one-seed, two-round study: `snakemake html_report` writes the paper's page."""
+    import sys
+
+    from test_workflow import TINY_STUDY, make_workdir
+
+    study = {**TINY_STUDY, "seeds": [0], "train": {**TINY_STUDY["train"], "rounds": 2},
+             "runs": {"fedavg": TINY_STUDY["runs"]["fedavg"]}}
+    work = make_workdir(repo, tmp_path, study)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "html_report"], cwd=work,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (work / "results" / "report" / "TinyPaper.html").read_text()
+    assert "claims not evaluated" in page and "<th>Cora (3) Acc</th>" in page
+    assert page.count("data:image/png;base64,") == 2  # convergence figure + one partition heat map
+    assert "Seeds: 0 (1)" in page and "runs left out by skip_runs" not in page

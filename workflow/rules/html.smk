@@ -12,6 +12,7 @@ REPORT_OUTPUTS = expand(RESULTS + "/report/{paper}.html", paper=REPORT_PAPERS) i
 localrules:
     html_report,
     paper_report,
+    reproduction_doc,
 
 
 def paper_studies(paper):
@@ -69,3 +70,17 @@ rule paper_report:
 rule html_report:
     input:
         expand(RESULTS + "/report/{paper}.html", paper=REPORT_PAPERS),
+
+
+rule reproduction_doc:
+    """docs/REPRODUCTION.md from the committed snapshot docs/results/ and the notes docs/notes/
+    (`snakemake reproduction_doc --cores 1`; not part of `all`)."""
+    input:
+        snapshot=sorted(Path("docs/results").glob("*.csv")),
+        notes=sorted(Path("docs/notes").glob("*.md")),
+        code=[PKG / "cli/report.py", PKG / "report/reproduction.py", PKG / "report/tables.py"],
+    output:
+        "docs/REPRODUCTION.md",
+    shell:
+        "fgl-report reproduction --snapshot docs/results --study-dir {config[study_dir]} --notes docs/notes"
+        " --out {output}"

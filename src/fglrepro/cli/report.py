@@ -7,7 +7,8 @@
     fgl-report partition-stats --meta JSON [--reported stats.csv] --out-prefix results/tables/<study>.partition_stats \
         --figure-dir results/figures/<study>_partitions STATS.json...
     fgl-report html --paper P --meta JSON_LIST --results results [--claims claims.csv] --out results/report/P.html
-    fgl-report reproduction --snapshot docs/results --study-dir config/studies --notes docs/notes --out docs/REPRODUCTION.md
+    fgl-report reproduction --snapshot docs/results --study-dir config/studies --notes docs/notes \
+        --out docs/REPRODUCTION.md
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     page.add_argument("--results", required=True, help="the workflow's results directory")
     page.add_argument("--claims", default=None, help="claims CSV; a missing file reads as 'claims not evaluated'")
     page.add_argument("--out", required=True)
+    doc = sub.add_parser("reproduction", help="docs/REPRODUCTION.md from a results snapshot and notes")
+    doc.add_argument("--snapshot", required=True, help="snapshot directory (runs.csv, <study>.comparison.csv, ...)")
+    doc.add_argument("--study-dir", required=True, help="study files (config/studies)")
+    doc.add_argument("--notes", required=True, help="directory of hand-written <paper>.md notes")
+    doc.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.command == "figures" and getattr(args, FIGURE_INPUTS[args.kind]) is None:
         parser.error(f"figures --kind {args.kind} needs --{FIGURE_INPUTS[args.kind]}")
@@ -92,6 +98,11 @@ def main(argv=None) -> None:
 
         from fglrepro.io import atomic_write_text
 
+        if args.command == "reproduction":
+            from fglrepro.report.reproduction import generate
+
+            atomic_write_text(generate(args.snapshot, args.study_dir, args.notes), args.out)
+            return
         meta = json.loads(args.meta)
         if args.command == "partition-stats":
             partition_report(args, meta)
