@@ -19,6 +19,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/claims.smk"
+include: "workflow/rules/html.smk"
 
 
 localrules:
@@ -37,4 +38,5 @@ rule all:
     input:
         [path for study in STUDIES for path in study_outputs(study)],
         CLAIMS_OUTPUTS if CLAIMS_FILE and config["targets"] == "all" else [],
+        REPORT_OUTPUTS,
     default_target: True

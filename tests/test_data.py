@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fglrepro.config import ConfigError
-from fglrepro.data.checksums import ChecksumError
-from fglrepro.data.download import fetch_raw
+from fglrepro.data.checksums import ChecksumError, sha256
+from fglrepro.data.download import PINNED_SUMS, fetch_raw, pinned_checksums
 from fglrepro.data.graph import Graph, load_graph, save_graph
 from fglrepro.data.prepare import prepare_graph
 from fglrepro.data.registry import get_dataset
@@ -26,8 +26,13 @@ def test_mirror_files_are_verified_and_placed_in_loader_layout(tmp_path, mirror_
 def test_corrupt_mirror_file_raises_and_is_not_used(tmp_path, mirror_copy):
     target = mirror_copy / "ind.cora.x"
     target.write_bytes(target.read_bytes()[:-1] + b"\0")
-    with pytest.raises(ChecksumError, match="ind.cora.x"):
+    with pytest.raises(ChecksumError) as err:
         fetch_raw(get_dataset("Cora"), tmp_path, mirror_copy)
+    message = str(err.value)
+    expected = pinned_checksums()["ind.cora.x"]
+    assert f"checksum mismatch for {target} " in message  # the mirror file, not the partial copy
+    assert f"expected sha256 {expected} (listed in {PINNED_SUMS})" in message
+    assert f"got {sha256(target)}" in message and sha256(target) != expected
     raw_dir = tmp_path / "Cora" / "raw"
     assert not (raw_dir / "ind.cora.x").exists()
     assert not list(raw_dir.glob("*.part"))
@@ -94,6 +99,9 @@ def test_official_download_with_wrong_checksum_is_rejected(tmp_path, monkeypatch
             (raw / name).write_bytes(b"tampered")
 
     monkeypatch.setattr("fglrepro.data.download.load_with_loader", fake_loader)
-    with pytest.raises(ChecksumError):
+    with pytest.raises(ChecksumError) as err:
         fetch_raw(spec, tmp_path, mirror=None)
+    name = spec.raw_files[0]
+    assert f"checksum mismatch for {tmp_path / 'Cora' / 'raw' / name}: " in str(err.value)
+    assert f"expected sha256 {pinned_checksums()[name]} (listed in {PINNED_SUMS})" in str(err.value)
     assert not (tmp_path / "Cora" / "raw" / spec.raw_files[0]).exists()

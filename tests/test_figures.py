@@ -190,3 +190,38 @@ def test_lines_against_an_hparam_one_line_per_client_count():
     assert five.get_ydata()[0] == pytest.approx(np.mean([accuracy("s001_d001", "Cora", 5, s) for s in SEEDS]))
     with pytest.raises(ConfigError, match=r"runs \[.s001_d001.\] have no hparam .gamma."):
         line_coordinates({**meta["hparams"], "s001_d001": {}}, "gamma")
+
+
+def _inside(inner, outer, tol: float = 1.0) -> bool:
+    return (inner.x0 >= outer.x0 - tol and inner.y0 >= outer.y0 - tol
+            and inner.x1 <= outer.x1 + tol and inner.y1 <= outer.y1 + tol)
+
+
+@pytest.mark.parametrize("kind", ["convergence", "bars"])
+@pytest.mark.parametrize("columns", [[["Cora", 5]], COLUMNS])
+def test_legend_of_twelve_methods_fits_in_the_figure_below_the_panels(kind, columns):
+    """Every legend entry lies within the figure and below every panel, on a one-panel figure too."""
+    from fglrepro.report.figures import FIGURES
+
+    labels = {f"run{i}": f"method with a long name {i}" for i in range(12)}
+    meta = {**meta_of(labels), "columns": columns, "datasets": list(dict.fromkeys(d for d, _ in columns))}
+    if kind == "convergence":
+        data = pd.DataFrame([{"label": label, "dataset": d, "clients": k, "seed": 0, "round": r,
+                              "test_acc": 50.0 + i + r} for i, label in enumerate(labels.values())
+                             for d, k in columns for r in range(1, 4)])
+    else:
+        data = pd.DataFrame([{"label": label, "dataset": d, "clients": k, "seed": 0, "status": "ok",
+                              "test_acc": 50.0 + i} for i, label in enumerate(labels.values()) for d, k in columns])
+    fig = FIGURES[kind](data, meta)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (legend,) = fig.legends
+    texts = legend.get_texts()
+    assert len(texts) == 12
+    legend_box = legend.get_window_extent(renderer)
+    for artist in [*texts, *legend.legend_handles]:
+        assert _inside(artist.get_window_extent(renderer), fig.bbox), artist
+    for ax in fig.axes:
+        if ax.get_visible():
+            assert legend_box.y1 <= ax.get_window_extent(renderer).y0 + 1.0
+    plt.close(fig)

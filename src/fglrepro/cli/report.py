@@ -11,6 +11,9 @@
     fgl-report snapshot --claims config/paper/claims.yaml --meta '{"<study>": META, ...}' \
         --out docs/results METRICS.csv...
     fgl-report snapshot --rerender --claims config/paper/claims.yaml --out docs/results
+    fgl-report html --paper P --meta JSON_LIST --results results [--claims claims.csv] --out results/report/P.html
+    fgl-report reproduction --snapshot docs/results --study-dir config/studies --notes docs/notes \
+        --out docs/REPRODUCTION.md
 """
 
 from __future__ import annotations
@@ -59,6 +62,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     snap.add_argument("--results-dir", default="results", help="results folder, for the runs' targets")
     snap.add_argument("--rerender", action="store_true", help="render again from the snapshot's runs.csv")
     snap.add_argument("metrics", nargs="*", help="metrics CSVs of the snapshot's studies")
+    page = sub.add_parser("html", help="one self-contained HTML report of a paper")
+    page.add_argument("--paper", required=True)
+    page.add_argument("--meta", required=True, help="JSON list of the paper's study metadata (workflow/rules/html.smk)")
+    page.add_argument("--results", required=True, help="the workflow's results directory")
+    page.add_argument("--claims", default=None, help="claims CSV; a missing file reads as 'claims not evaluated'")
+    page.add_argument("--out", required=True)
+    doc = sub.add_parser("reproduction", help="docs/REPRODUCTION.md from a results snapshot and notes")
+    doc.add_argument("--snapshot", required=True, help="snapshot directory (runs.csv, <study>.comparison.csv, ...)")
+    doc.add_argument("--study-dir", required=True, help="study files (config/studies)")
+    doc.add_argument("--notes", required=True, help="directory of hand-written <paper>.md notes")
+    doc.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.command == "snapshot" and args.rerender == bool(args.meta or args.metrics):
         parser.error("snapshot takes --meta and metrics CSVs, or --rerender alone")
@@ -149,11 +163,25 @@ def main(argv=None) -> None:
         if args.command == "snapshot":
             snapshot(args)
             return
+        if args.command == "reproduction":
+            from fglrepro.report.reproduction import generate
+
+            atomic_write_text(generate(args.snapshot, args.study_dir, args.notes), args.out)
+            return
         meta = json.loads(args.meta)
-        prefix = args.out_prefix
         if args.command == "partition-stats":
             partition_report(args, meta)
             return
+        if args.command == "html":
+            from pathlib import Path
+
+            from fglrepro.report.html import paper_report
+
+            claims = pd.read_csv(args.claims) if args.claims and Path(args.claims).is_file() else None
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(paper_report(args.paper, meta, args.results, claims), args.out)
+            return
+        prefix = args.out_prefix
         if args.command == "figures":
             from fglrepro.report.figures import FIGURE_INPUTS, FIGURES
 

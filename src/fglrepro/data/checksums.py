@@ -29,10 +29,14 @@ def read_sums(path: str | Path) -> dict[str, str]:
     return sums
 
 
-def verify(path: str | Path, expected: str) -> None:
-    """Raise ChecksumError if ``path``'s digest differs from ``expected``."""
+def verify(path: str | Path, expected: str, source: str | Path | None = None,
+           sums_file: str | Path | None = None) -> None:
+    """Raise ChecksumError if ``path``'s digest differs from ``expected``; the message names
+    the file the data came from (``source``, default ``path``), the file the expected digest
+    was read from (``sums_file``), and both digests."""
     actual = sha256(path)
     if actual != expected.lower():
-        raise ChecksumError(
-            f"checksum mismatch for {path}: expected sha256 {expected}, got {actual}"
-        )
+        origin = f"{source} (checked as {path})" if source is not None and Path(source) != Path(path) else path
+        listed = f" (listed in {sums_file})" if sums_file is not None else ""
+        raise ChecksumError(f"checksum mismatch for {origin}: expected sha256 {expected.lower()}{listed}, "
+                            f"got {actual}; the file was deleted, replace it or fix the digest")

@@ -40,11 +40,13 @@ def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: str | Path | None
         for name in spec.raw_files:
             expected = pinned.get(name) or mirror_sums.get(name)
             if expected is None:
-                raise ChecksumError(f"no checksum known for mirror file {mirror_dir / name}")
+                raise ChecksumError(f"no checksum known for mirror file {mirror_dir / name}: neither {PINNED_SUMS} "
+                                    f"nor {mirror_sums_file} lists it")
             partial = raw_dir / f"{name}.part"
             shutil.copyfile(mirror_dir / name, partial)
             try:
-                verify(partial, expected)
+                verify(partial, expected, source=mirror_dir / name,
+                       sums_file=PINNED_SUMS if name in pinned else mirror_sums_file)
             except ChecksumError:
                 partial.unlink()
                 raise
@@ -60,7 +62,7 @@ def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: str | Path | None
         for name in spec.raw_files:
             if name in pinned:
                 try:
-                    verify(raw_dir / name, pinned[name])
+                    verify(raw_dir / name, pinned[name], sums_file=PINNED_SUMS)
                 except ChecksumError:
                     (raw_dir / name).unlink()
                     shutil.rmtree(raw_dir.parent / "processed", ignore_errors=True)

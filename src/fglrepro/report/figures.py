@@ -24,14 +24,30 @@ def _clients_per_dataset(meta: dict) -> dict[str, list[int]]:
     return {d: [k for dd, k in meta["columns"] if dd == d] for d in meta["datasets"]}
 
 
+def _legend_below(fig: plt.Figure, handles: list, names: list[str], max_columns: int = 6) -> float:
+    """Legend at the bottom in as many columns (at most ``max_columns``) as fit the figure's
+    width; the figure grows by the legend's height (and to the legend's width if one column is
+    wider), so the panels keep their size. Returns the fraction of the height the legend takes."""
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(len(names), max_columns), 0, -1):
+        legend = fig.legend(handles, names, loc="lower center", ncol=ncol, frameon=False, fontsize=8)
+        box = legend.get_window_extent(renderer)
+        if box.width <= 0.98 * fig.bbox.width or ncol == 1:
+            break
+        legend.remove()
+    width, height = fig.get_size_inches()
+    legend_width, legend_height = box.width / fig.dpi, box.height / fig.dpi
+    fig.set_size_inches(max(width, legend_width + 0.2), height + legend_height)
+    return (legend_height + 0.05) / (height + legend_height)
+
+
 def _finish(fig: plt.Figure, meta: dict, legend_axes: plt.Axes | None = None) -> plt.Figure:
-    """Shared legend at the bottom (from ``legend_axes``) and the study title on top."""
+    """Shared legend below the panels (from ``legend_axes``) and the study title on top."""
     bottom = 0.0
     if legend_axes is not None:
         handles, names = legend_axes.get_legend_handles_labels()
-        ncol = min(len(names), 6) or 1
-        fig.legend(handles, names, loc="lower center", ncol=ncol, frameon=False, fontsize=8)
-        bottom = 0.05 * (1 + (len(names) - 1) // ncol)
+        if names:
+            bottom = _legend_below(fig, handles, names)
     fig.suptitle(meta.get("title", meta["study"]), fontsize=10)
     fig.tight_layout(rect=(0, bottom, 1, 0.96))
     return fig

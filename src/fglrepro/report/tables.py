@@ -170,34 +170,40 @@ def comparison_markdown(table: pd.DataFrame, title: str, decimals: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison_grid_markdown(table: pd.DataFrame, meta: dict, title: str) -> str:
-    """The comparison in the paper's layout: one row per method, accuracy and macro-F1 of
-    each (dataset, clients) side by side, each cell ``ours (paper, Δ)`` (``ours`` where the
-    paper has no value); metrics the paper never reports are left out."""
+def comparison_grid(table: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """The comparison in the paper's layout: one row per method (study order), accuracy and
+    macro-F1 of each (dataset, clients) side by side, each cell ``ours (paper, Δ)`` (``ours``
+    where the paper has no value, the status where nothing ran); metrics the paper never
+    reports are left out. Columns are labelled ``"<dataset> (<clients>) <Acc|F1>"``."""
     decimals = meta["decimals"]
     metrics = [m for m in METRIC_COLUMNS if table.loc[table.metric == m, "reported_mean"].notna().any()]
     metrics = metrics or list(METRIC_COLUMNS)
     columns = [(d, c, m) for d, c in meta["columns"] for m in metrics]
     cells = {(r.method, r.dataset, r.clients, r.metric): r for r in table.itertuples()}
-    header = ["Method"] + [f"{d} ({c}) {METRIC_HEADERS[m]}" for d, c, m in columns]
-    lines = [f"### {title}: ours (paper, Δ)", "", "| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] + ["---:"] * len(columns)) + "|"]
-    for method in [m for m in meta["rows"] if m in set(table.method)]:
-        row = [method]
-        for d, c, m in columns:
-            r = cells.get((method, d, c, m))
-            if r is None:
-                row.append("")
-            elif not r.n_runs:
-                row.append(r.status if pd.isna(r.reported_mean) else f"{r.status} ({r.reported_mean:.{decimals}f})")
-            elif not r.n_ok:
-                row.append(r.status.upper())
-            elif pd.isna(r.reported_mean):
-                row.append(f"{r.reproduced_mean:.{decimals}f}")
-            else:
-                ours, paper, delta = r.reproduced_mean, r.reported_mean, r.delta
-                row.append(f"{ours:.{decimals}f} ({paper:.{decimals}f}, {delta:+.{decimals}f})")
-        lines.append("| " + " | ".join(row) + " |")
+
+    def cell(r) -> str:
+        if r is None:
+            return ""
+        if not r.n_runs:
+            return r.status if pd.isna(r.reported_mean) else f"{r.status} ({r.reported_mean:.{decimals}f})"
+        if not r.n_ok:
+            return r.status.upper()
+        if pd.isna(r.reported_mean):
+            return f"{r.reproduced_mean:.{decimals}f}"
+        return f"{r.reproduced_mean:.{decimals}f} ({r.reported_mean:.{decimals}f}, {r.delta:+.{decimals}f})"
+
+    methods = [m for m in meta["rows"] if m in set(table.method)]
+    return pd.DataFrame([[cell(cells.get((method, d, c, m))) for d, c, m in columns] for method in methods],
+                        index=pd.Index(methods, name="Method"),
+                        columns=[f"{d} ({c}) {METRIC_HEADERS[m]}" for d, c, m in columns])
+
+
+def comparison_grid_markdown(table: pd.DataFrame, meta: dict, title: str) -> str:
+    """:func:`comparison_grid` as a Markdown table headed ``title: ours (paper, Δ)``."""
+    grid = comparison_grid(table, meta)
+    lines = [f"### {title}: ours (paper, Δ)", "", "| " + " | ".join(["Method", *grid.columns]) + " |",
+             "|" + "|".join(["---"] + ["---:"] * len(grid.columns)) + "|"]
+    lines += ["| " + " | ".join([method, *row]) + " |" for method, row in zip(grid.index, grid.values.tolist())]
     return "\n".join(lines) + "\n"
 
 
