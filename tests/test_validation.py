@@ -101,6 +101,11 @@ def test_only_seeds_keeps_the_listed_seeds_and_names_an_empty_selection(tmp_path
     assert problems == [] and studies["x"]["seeds"] == [0, 2]
     studies, problems = load_studies(["x"], tmp_path, schema=SCHEMA, paper_dir=PAPER, only_seeds=[7])
     assert problems == [f"{tmp_path / 'x.yaml'}: seeds: none of them is in only_seeds=[7]"]
+    per_study = {"x": "all", "*": [1]}
+    studies, problems = load_studies(["x"], tmp_path, schema=SCHEMA, paper_dir=PAPER, only_seeds=per_study)
+    assert problems == [] and studies["x"]["seeds"] == [0, 1, 2]
+    studies, problems = load_studies(["x"], tmp_path, schema=SCHEMA, paper_dir=PAPER, only_seeds={"*": [1]})
+    assert problems == [] and studies["x"]["seeds"] == [1]
 
 
 def test_unknown_method():

@@ -562,10 +562,11 @@ def read_study(path: str | Path, schema: str | Path | Mapping | None = None,
 def load_studies(
     names: list[str], study_dir: str | Path, *, schema: str | Path | Mapping | None = None,
     paper_dir: str | Path | None = None, only_datasets: list[str] | str = "all",
-    skip_runs: Iterable[str] = (), only_seeds: list[int] | str = "all",
+    skip_runs: Iterable[str] = (), only_seeds: list[int] | str | Mapping = "all",
 ) -> tuple[dict[str, dict], list[str]]:
     """Read and check the studies ``names`` of ``study_dir``, then apply ``skip_runs``,
-    ``only_datasets`` and ``only_seeds``; returns ``(studies, problems)`` with the problems
+    ``only_datasets`` and ``only_seeds`` (seeds, ``all``, or per study ``{study: seeds or all}``
+    with ``"*"`` for the other studies); returns ``(studies, problems)`` with the problems
     of all of them."""
     studies, problems = {}, []
     if only_datasets != "all":
@@ -588,10 +589,11 @@ def load_studies(
             study["datasets"] = [d for d in study["datasets"] if d in only_datasets]
             if not study["datasets"]:
                 problems.append(f"{path}: datasets: none of them is in only_datasets={only_datasets}")
-        if only_seeds != "all":
-            study["seeds"] = [seed for seed in study["seeds"] if seed in only_seeds]
+        seeds = only_seeds.get(name, only_seeds.get("*", "all")) if isinstance(only_seeds, Mapping) else only_seeds
+        if seeds != "all":
+            study["seeds"] = [seed for seed in study["seeds"] if seed in seeds]
             if not study["seeds"]:
-                problems.append(f"{path}: seeds: none of them is in only_seeds={only_seeds}")
+                problems.append(f"{path}: seeds: none of them is in only_seeds={seeds}")
         studies[name] = study
     return studies, problems
 

@@ -26,9 +26,16 @@ def _fail(problems, what):
     raise WorkflowError(f"{len(problems)} problem(s) in {what}; no job was run:\n" + "\n".join(problems))
 
 
-# `--config only_seeds=[0]` reaches the config as strings.
-if isinstance(config.get("only_seeds"), list):
-    config["only_seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["only_seeds"]]
+def _seed_numbers(seeds):
+    """`--config only_seeds=[0]` reaches the config as strings."""
+    return [int(s) if isinstance(s, str) and s.isdigit() else s for s in seeds] if isinstance(seeds, list) else seeds
+
+
+if isinstance(config.get("only_seeds"), dict):
+    config["only_seeds"] = {study: _seed_numbers(seeds) for study, seeds in config["only_seeds"].items()}
+else:
+    config["only_seeds"] = _seed_numbers(config.get("only_seeds", "all"))
+
 _problems = config_problems(config, SCHEMAS / "config.schema.yaml")
 if _problems:
     _fail(_problems, "the config (" + ", ".join(map(str, workflow.configfiles)) + " and --config)")

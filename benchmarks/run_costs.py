@@ -1,0 +1,63 @@
+"""Per-method cost of the training jobs a workflow run made, from Snakemake's benchmark TSVs.
+
+Every training job writes ``results/benchmarks/train/<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.tsv``
+(wall seconds ``s``, ``cpu_time`` seconds, ``max_rss`` MB). This sums them per study and run
+(method row) and writes a Markdown table: jobs, total and median CPU seconds, median wall seconds,
+peak RSS. Wall times include waiting for the CPU when jobs share cores; CPU time does not.
+
+    python benchmarks/run_costs.py --results results --out benchmarks/RUN_COSTS.md fedgkd_table1 fedtad_table2
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from pathlib import Path
+
+import pandas as pd
+
+
+def job_costs(results: Path, study: str) -> pd.DataFrame:
+    """One row per training job of ``study``: run, dataset, clients, seed, wall_s, cpu_s, rss_mb."""
+    rows = []
+    for path in sorted((results / "benchmarks" / "train" / study).glob("*/*/*/k*/seed*.tsv")):
+        run, dataset, _, clients, seed = path.relative_to(results / "benchmarks" / "train" / study).parts
+        last = pd.read_csv(path, sep="\t").iloc[-1]
+        rows.append({"run": run.split("@")[0], "dataset": dataset, "clients": int(clients[1:]),
+                     "seed": int(seed[4:-4]), "wall_s": last["s"], "cpu_s": last["cpu_time"],
+                     "rss_mb": last["max_rss"]})
+    return pd.DataFrame(rows)
+
+
+def summary(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: jobs, total / median CPU seconds, median wall seconds, peak RSS (MB)."""
+    grouped = jobs.groupby("run")
+    return pd.DataFrame({
+        "jobs": grouped.size(), "cpu_total_s": grouped["cpu_s"].sum(), "cpu_median_s": grouped["cpu_s"].median(),
+        "wall_median_s": grouped["wall_s"].median(), "peak_rss_mb": grouped["rss_mb"].max(),
+    }).sort_values("cpu_total_s", ascending=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("studies", nargs="+")
+    parser.add_argument("--results", default="results", type=Path)
+    parser.add_argument("--out", type=Path, help="Markdown file (default: print)")
+    args = parser.parse_args()
+    lines = [f"Machine: {platform.processor() or platform.machine()}, {platform.node()}", ""]
+    for study in args.studies:
+        jobs = job_costs(args.results, study)
+        if jobs.empty:
+            lines += [f"## {study}", "", "no benchmark files", ""]
+            continue
+        table = summary(jobs).round(1)
+        lines += [f"## {study}", "", f"{len(jobs)} jobs, seeds {sorted(int(s) for s in jobs.seed.unique())}, "
+                  f"CPU time {jobs.cpu_s.sum() / 60:.1f} min in all", "", table.to_markdown(), ""]
+    text = "\n".join(lines)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
