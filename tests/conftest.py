@@ -56,6 +56,18 @@ def make_sbm(num_blocks: int = 4, block_size: int = 30, num_features: int = 8, s
 
 
 @pytest.fixture
+def graph() -> tuple[torch.Tensor, torch.Tensor]:
+    """A random 12-node undirected graph: features ``[12, 5]`` and its normalised adjacency."""
+    from fglrepro.fl.clients import normalized_adjacency
+
+    gen = torch.Generator().manual_seed(0)
+    edges = torch.randint(0, 12, (2, 30), generator=gen)
+    edges = torch.cat([edges, edges.flip(0)], dim=1)
+    edges = edges[:, edges[0] != edges[1]].unique(dim=1)
+    return torch.randn(12, 5, generator=gen), normalized_adjacency(edges, 12)
+
+
+@pytest.fixture
 def sbm() -> Data:
     return make_sbm()
 

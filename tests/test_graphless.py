@@ -9,20 +9,10 @@ import pytest
 import torch
 
 from fglrepro.config import ConfigError, ModelConfig
-from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.models import GCN, MLP, GCNLayer, build_model
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "study.schema.yaml"
-
-
-@pytest.fixture
-def graph():
-    gen = torch.Generator().manual_seed(0)
-    edges = torch.randint(0, 12, (2, 30), generator=gen)
-    edges = torch.cat([edges, edges.flip(0)], dim=1)
-    edges = edges[:, edges[0] != edges[1]].unique(dim=1)
-    return torch.randn(12, 5, generator=gen), normalized_adjacency(edges, 12)
 
 
 def mlp_like(gcn: GCN) -> MLP:

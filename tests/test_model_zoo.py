@@ -23,15 +23,6 @@ OPFGL_ZOO = [
 ]
 
 
-@pytest.fixture
-def graph():
-    gen = torch.Generator().manual_seed(0)
-    edges = torch.randint(0, 12, (2, 30), generator=gen)
-    edges = torch.cat([edges, edges.flip(0)], dim=1)
-    edges = edges[:, edges[0] != edges[1]].unique(dim=1)
-    return torch.randn(12, 5, generator=gen), normalized_adjacency(edges, 12)
-
-
 def test_sgc_is_a_linear_model_on_k_hop_features(graph):
     x, adj = graph
     model = SGC(5, 16, 3, hops=3)

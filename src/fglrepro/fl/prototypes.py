@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.fl.clients import ClientData
+from fglrepro.fl.method import Upload
 
 
 def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -37,6 +38,14 @@ def client_prototypes(model: nn.Module, client: ClientData) -> tuple[Tensor, Ten
     model.eval()
     hidden = model(client.x, client.adj, return_hidden=True)[0]
     return class_prototypes(hidden[client.train_mask], client.y[client.train_mask], client.num_classes)
+
+
+def prototype_upload(model: nn.Module, client: ClientData, loss: float) -> Upload:
+    """A prototype-only upload (FedTGP, FedPPN): ``extras`` = the ``classes [m]`` with training
+    nodes and their ``prototypes [m, d]`` (:func:`client_prototypes`), no parameters."""
+    classes, prototypes, _ = client_prototypes(model, client)
+    return Upload(params={}, extras={"classes": classes, "prototypes": prototypes}, weight=float(client.num_nodes),
+                  loss=loss)
 
 
 def average_prototypes(

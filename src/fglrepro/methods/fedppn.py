@@ -24,7 +24,7 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.heterogeneous import linear_head, require_common_head
 from fglrepro.fl.method import FederatedMethod, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import average_prototypes, client_prototypes, plain_mean_parts
+from fglrepro.fl.prototypes import average_prototypes, plain_mean_parts, prototype_upload
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
 
@@ -126,9 +126,7 @@ class FedPPN(FederatedMethod):
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """Local prototypes of the classes with training nodes (evaluation mode), no parameters."""
-        classes, prototypes, _ = client_prototypes(self.states[k].model, self.clients[k])
-        return Upload(params={}, extras={"classes": classes, "prototypes": prototypes},
-                      weight=float(self.clients[k].num_nodes), loss=loss)
+        return prototype_upload(self.states[k].model, self.clients[k], loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         """Plain per-class mean of the uploaded prototypes (the code's ``_proto_aggregation``)."""

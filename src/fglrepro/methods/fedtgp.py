@@ -30,6 +30,7 @@ from fglrepro.fl.prototypes import (
     margin_contrastive_loss,
     plain_mean_parts,
     prototype_alignment_loss,
+    prototype_upload,
 )
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
@@ -123,9 +124,7 @@ class FedTGP(FederatedMethod):
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """Local prototypes of the classes with training nodes, no parameters."""
-        classes, prototypes, _ = client_prototypes(self.states[k].model, self.clients[k])
-        return Upload(params={}, extras={"classes": classes, "prototypes": prototypes},
-                      weight=float(self.clients[k].num_nodes), loss=loss)
+        return prototype_upload(self.states[k].model, self.clients[k], loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         """Adaptive margin from the averaged prototypes, then ``server_epochs`` steps of the
