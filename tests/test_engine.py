@@ -187,3 +187,17 @@ def test_engine_reports_the_sequential_losses(cora):
         _, vec_history = run(cora, name, engine="sequential")
         losses = [r["train_loss"] for r in vec_history.rounds]
         assert losses == pytest.approx([r["train_loss"] for r in ref_history.rounds], abs=1e-5)
+
+
+def test_engine_with_featureless_last_nodes(cora):
+    """Nodes without any non-zero feature (CiteSeer has some) at the end of the batch: the
+    sparse first layer's transposed features still cover every node."""
+    histories = []
+    for engine in (None, "sequential"):
+        fed = federation(cora, engine=engine)
+        for client in fed.clients:
+            client.x[-3:] = 0.0
+        method = build_method(resolve_method("fedavg", None), fed)
+        evaluator = BatchedEvaluator(fed.engine) if fed.engine is not None else evaluate_each
+        histories.append(run_federation(method, fed.train.rounds, EvalConfig(), evaluator=evaluator))
+    assert val_curve(histories[1]) == pytest.approx(val_curve(histories[0]), abs=1e-6)

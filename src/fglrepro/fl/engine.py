@@ -138,8 +138,9 @@ class ClientBatch:
             per_row = torch.bincount(rows, minlength=x.size(0))
             offsets = torch.cumsum(per_row, 0) - per_row
             stacked_cols = cols + batch[rows] * num_features
-            stacked = (stacked_cols, offsets, values, _transposed_csr(rows, stacked_cols, values, m * num_features))
-            shared = (cols, offsets, values, _transposed_csr(rows, cols, values, num_features))
+            n = x.size(0)
+            stacked = (stacked_cols, offsets, values, _transposed_csr(rows, stacked_cols, values, m * num_features, n))
+            shared = (cols, offsets, values, _transposed_csr(rows, cols, values, num_features, n))
         else:
             x_pad = x.new_zeros(m * n_max, num_features).index_copy(0, flat, x).view(m, n_max, num_features)
         return cls(
@@ -170,10 +171,10 @@ def is_symmetric(adj: Tensor) -> bool:
     return torch.equal(adj.col_indices(), transposed.col_indices()) and torch.equal(adj.values(), transposed.values())
 
 
-def _transposed_csr(rows: Tensor, cols: Tensor, values: Tensor, num_rows: int) -> Tensor:
-    """Sparse CSR ``[num_rows, N]`` of the transpose of the ``(rows, cols, values)`` matrix."""
-    num_cols = int(rows.max()) + 1 if rows.numel() else 0
-    coo = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (num_rows, num_cols))
+def _transposed_csr(rows: Tensor, cols: Tensor, values: Tensor, num_rows: int, num_nodes: int) -> Tensor:
+    """Sparse CSR ``[num_rows, num_nodes]`` of the transpose of the ``(rows, cols, values)``
+    matrix (nodes without any non-zero feature included)."""
+    coo = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (num_rows, num_nodes))
     return coo.coalesce().to_sparse_csr()
 
 
