@@ -22,7 +22,8 @@ CLAIMS = PAPER_DIR / "claims.yaml"
 def differences(snapshot: Path, claims: list[dict], paper_dir: Path) -> list[str]:
     """Files of a snapshot that differ from what its runs.csv and studies.json render to."""
     files = render(read_runs(snapshot / RUNS), json.loads((snapshot / STUDIES).read_text()), claims, paper_dir)
-    on_disk = {p.name for p in snapshot.iterdir()} - {RUNS, STUDIES}
+    marker = ".snakemake_timestamp"  # written by Snakemake into a directory() output
+    on_disk = {p.name for p in snapshot.iterdir()} - {RUNS, STUDIES, marker}
     changed = [name for name, text in files.items() if not (snapshot / name).is_file()
                or (snapshot / name).read_text() != text]
     return sorted(changed + sorted(on_disk - set(files)))
