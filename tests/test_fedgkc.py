@@ -154,21 +154,25 @@ def test_without_beta_and_self_distillation_the_objective_is_fml():
         assert torch.equal(loss_l, fml_local) and torch.equal(loss_c, fml_copilot)
     loss_l, loss_c = mutual_losses(outputs[0], outputs[1], client, FedGKCHparams(mutual=False))
     assert torch.equal(loss_l, 0.6 * F.cross_entropy(logits_l[mask], labels))
-    full_l, _ = mutual_losses(outputs[0], outputs[1], client, FedGKCHparams())
-    neigh = neighbourhood_kl(outputs[1][0], outputs[0][0], client.adj)
-    assert torch.allclose(full_l, 0.6 * F.cross_entropy(logits_l[mask], labels) + 0.2 * neigh
-                          + 0.2 * kl_divergence(logits_c[mask], logits_l[mask]))
+    for space, (teacher, student) in (("logits", (logits_c, logits_l)), ("hidden", (outputs[1][0], outputs[0][0]))):
+        full_l, _ = mutual_losses(outputs[0], outputs[1], client, FedGKCHparams(neighbour_space=space))
+        neigh = neighbourhood_kl(teacher, student, client.adj)
+        assert torch.allclose(full_l, 0.6 * F.cross_entropy(logits_l[mask], labels) + 0.2 * neigh
+                              + 0.2 * kl_divergence(logits_c[mask], logits_l[mask]))
 
 
 def test_each_loss_reaches_only_its_own_model():
     gen = torch.Generator().manual_seed(3)
     client = hand_client(torch.randn(9, 3, generator=gen), [0, 1, 2] * 3, random_graph().tolist(), [True] * 9,
                          num_classes=3)
-    leaves = [torch.randn(9, d, generator=gen, requires_grad=True) for d in (5, 3, 5, 3)]
-    loss_l, _ = mutual_losses((leaves[0], leaves[1]), (leaves[2], leaves[3]), client, FedGKCHparams())
-    loss_l.backward()
-    assert leaves[0].grad.abs().sum() > 0 and leaves[1].grad.abs().sum() > 0
-    assert leaves[2].grad is None and leaves[3].grad is None
+    for space in ("logits", "hidden"):
+        leaves = [torch.randn(9, d, generator=gen, requires_grad=True) for d in (5, 3, 5, 3)]
+        loss_l, _ = mutual_losses((leaves[0], leaves[1]), (leaves[2], leaves[3]), client,
+                                  FedGKCHparams(neighbour_space=space))
+        loss_l.backward()
+        assert leaves[1].grad.abs().sum() > 0 and leaves[2].grad is None and leaves[3].grad is None
+        # L_neigh reaches the local hidden embeddings only when it compares them
+        assert (leaves[0].grad is not None) == (space == "hidden")
 
 
 def test_self_distillation_vanishes_without_perturbation_and_trains_only_the_strong_view(sbm):
@@ -291,6 +295,8 @@ def test_protocol_limits_name_the_keys():
     assert_refused(method_problems("fedgkc", model=DIVERGENT), "no global model to evaluate")
     with pytest.raises(ConfigError, match="alpha \\+ beta <= 1"):
         FedGKCHparams(alpha=0.9, beta=0.2)
+    with pytest.raises(ConfigError, match=r"hparams.neighbour_space must be one of \['hidden', 'logits'\], got 'embedding'"):
+        FedGKCHparams(neighbour_space="embedding")
     with pytest.raises(ConfigError, match="hparams.strong_edge_drop must be in"):
         FedGKCHparams(strong_edge_drop=1.0)
 
