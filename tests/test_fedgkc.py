@@ -295,7 +295,7 @@ def test_protocol_limits_name_the_keys():
     assert_refused(method_problems("fedgkc", model=DIVERGENT), "no global model to evaluate")
     with pytest.raises(ConfigError, match="alpha \\+ beta <= 1"):
         FedGKCHparams(alpha=0.9, beta=0.2)
-    with pytest.raises(ConfigError, match=r"hparams.neighbour_space must be one of \['hidden', 'logits'\], got 'embedding'"):
+    with pytest.raises(ConfigError, match=r"neighbour_space must be one of \['hidden', 'logits'\], got 'embedding'"):
         FedGKCHparams(neighbour_space="embedding")
     with pytest.raises(ConfigError, match="hparams.strong_edge_drop must be in"):
         FedGKCHparams(strong_edge_drop=1.0)

@@ -24,9 +24,9 @@ server averages the copilots with ``w_k = (w_vol + w_know) / 2`` (eq. 6-11,
 :func:`kama_weights`).
 
 Not stated in the paper (choices, see ``FedGKCHparams``): which model gives ``z`` in
-L_neigh (the other model, the teacher), the space of ``z`` and ``h`` for heterogeneous models, the nodes of the CE / KL terms (training nodes, as
-FML in FedPPN's graph code) and of L_neigh / L_self (all nodes, as eq. 1 writes), the
-perturbation rates, and a negative knowledge level (:func:`kama_weights`).
+L_neigh (the other model, the teacher), the space of ``z`` and ``h`` for heterogeneous models,
+the nodes of the CE / KL terms (training nodes, as FML in FedPPN's graph code) and of L_neigh /
+L_self (all nodes, as eq. 1 writes), the perturbation rates, and a negative knowledge level (:func:`kama_weights`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ class FedGKCHparams:
             raise ConfigError(f"hparams.alpha and hparams.beta must be >= 0 with alpha + beta <= 1 "
                               f"(eq. 2-3 weigh the KL term by 1 - alpha - beta), got {self.alpha} and {self.beta}")
         if self.neighbour_space not in ("logits", "hidden"):
-            raise ConfigError(f"hparams.neighbour_space must be one of ['hidden', 'logits'], got {self.neighbour_space!r}")
+            raise ConfigError(f"hparams.neighbour_space must be one of ['hidden', 'logits'], "
+                              f"got {self.neighbour_space!r}")
         for key in ("weak_edge_drop", "weak_feature_mask", "strong_edge_drop", "strong_feature_mask"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"hparams.{key} must be in [0, 1), got {getattr(self, key)}")

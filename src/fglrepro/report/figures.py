@@ -6,6 +6,8 @@ test accuracy over a grid of two hyperparameters (metrics CSV); see :mod:`fglrep
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -48,8 +50,10 @@ def _finish(fig: plt.Figure, meta: dict, legend_axes: plt.Axes | None = None) ->
         handles, names = legend_axes.get_legend_handles_labels()
         if names:
             bottom = _legend_below(fig, handles, names)
-    fig.suptitle(meta.get("title", meta["study"]), fontsize=10)
-    fig.tight_layout(rect=(0, bottom, 1, 0.96))
+    width, height = fig.get_size_inches()
+    title = textwrap.wrap(meta.get("title", meta["study"]), width=max(20, int(width * 12)))
+    fig.suptitle("\n".join(title), fontsize=10)
+    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.2 * len(title) / height))
     return fig
 
 
