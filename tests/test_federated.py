@@ -11,7 +11,7 @@ from helpers import SPEC, all_clients, assert_refused, client_models, make_metho
 from sklearn.metrics import accuracy_score, f1_score
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, from_dict
-from fglrepro.fl.aggregation import weighted_average
+from fglrepro.fl.aggregation import personalized_average, weighted_average
 from fglrepro.fl.clients import build_clients
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.training import Diverged, cross_entropy_loss, evaluate, make_optimizer, train_steps
@@ -29,6 +29,20 @@ def test_weighted_average_is_the_weighted_mean():
     for key in ("w", "b"):
         expected = sum(w * s[key] for w, s in zip(weights, states)) / 100.0
         assert torch.allclose(avg[key], expected, atol=1e-6)
+
+
+def test_personalized_average_gives_each_receiver_its_weighted_average():
+    gen = torch.Generator().manual_seed(1)
+    states = [{"w": torch.randn(4, 3, generator=gen), "b": torch.randn(3, generator=gen)} for _ in range(5)]
+    weights = torch.rand(3, 5, generator=gen) + torch.tensor([[0.0] * 5, [0.0] * 5, [5.0, 0, 0, 0, 0]])
+    weights[0] = torch.tensor([0.0, 0.0, 2.0, 0.0, 0.0])  # one-hot row: the state itself
+    mixed = personalized_average(states, weights)
+    assert len(mixed) == 3 and all(m["w"].shape == (4, 3) and m["w"].dtype == torch.float32 for m in mixed)
+    assert torch.equal(mixed[0]["w"], states[2]["w"]) and torch.equal(mixed[0]["b"], states[2]["b"])
+    for receiver, row in zip(mixed, weights):
+        expected = weighted_average(states, row.tolist())  # rows need not be normalised
+        for key in ("w", "b"):
+            assert torch.allclose(receiver[key], expected[key], atol=1e-6)
 
 
 def test_fedavg_server_model_is_the_weighted_mean_of_uploads(sbm):

@@ -39,13 +39,17 @@ def weighted_average(states: Sequence[dict[str, Tensor]], weights: Sequence[floa
 
 def personalized_average(states: Sequence[dict[str, Tensor]], weight_matrix: Tensor) -> list[dict[str, Tensor]]:
     """One weighted average per receiver: row ``i`` of ``weight_matrix`` ``[R, K]`` weights
-    the K ``states`` for receiver ``i`` (rows need not be normalised); each parameter is
-    stacked once for all receivers."""
-    out: list[dict[str, Tensor]] = [{} for _ in range(len(weight_matrix))]
+    the K ``states`` for receiver ``i`` (rows need not be normalised). Each parameter is
+    stacked once as ``[K, P]`` and mixed for all receivers by one float64 matrix product
+    ``W_norm [R, K] @ stacked [K, P]``."""
+    weights = torch.as_tensor(weight_matrix, dtype=torch.float64)
+    weights = weights / weights.sum(dim=1, keepdim=True)
+    out: list[dict[str, Tensor]] = [{} for _ in range(len(weights))]
     for key, first in states[0].items():
         stacked = _stacked64(states, key)
-        for receiver, row in zip(out, weight_matrix):
-            receiver[key] = (_normalised(row.tolist(), stacked) * stacked).sum(0).to(first.dtype)
+        mixed = (weights.to(stacked.device) @ stacked.reshape(len(states), -1)).to(first.dtype)
+        for receiver, row in zip(out, mixed):
+            receiver[key] = row.view(first.shape)
     return out
 
 
