@@ -58,7 +58,8 @@ def main(argv=None) -> None:
     for path in (data, partition):
         if not path.exists():
             sys.exit(f"{path} does not exist: run the workflow for {args.run_json} first")
-    subprocess.run(["fgl-train", "--spec", json.dumps(spec), "--data", str(data), "--partition", str(partition),
+    fgl_train = Path(sys.executable).parent / "fgl-train"  # the CLI of the interpreter's environment
+    subprocess.run([str(fgl_train), "--spec", json.dumps(spec), "--data", str(data), "--partition", str(partition),
                     "--device", "auto", "--threads", "1", "--out", str(args.out_json)], check=True)
     best = json.loads(args.out_json.read_text())["metrics"]["best"]
     print(f"best round {best['round']}: val {100 * best['val_acc']:.2f} test {100 * best['test_acc']:.2f}")
