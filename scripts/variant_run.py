@@ -51,6 +51,8 @@ def main(argv=None) -> None:
         spec["train"]["rounds"] = args.rounds
     for setting in args.settings:
         apply_setting(spec, setting)
+    # the workflow's layout (workflow/rules/common.smk: scheme_slug ends in "_<prep_slug>",
+    # prepared_graph, PARTITION_PATH); prep slugs have no "_"
     prep = spec["scheme"].rsplit("_", 1)[-1]
     data = args.data_dir / "prepared" / spec["dataset"] / f"{prep}.pt"
     partition = (args.results / "partitions" / spec["dataset"] / spec["scheme"] / f"k{spec['clients']}"
