@@ -201,3 +201,66 @@ def test_engine_with_featureless_last_nodes(cora):
         evaluator = BatchedEvaluator(fed.engine) if fed.engine is not None else evaluate_each
         histories.append(run_federation(method, fed.train.rounds, EvalConfig(), evaluator=evaluator))
     assert val_curve(histories[1]) == pytest.approx(val_curve(histories[0]), abs=1e-6)
+
+
+def _random_sparse_rows(num_nodes: int, width: int, nnz: int, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(num_nodes, (nnz,), generator=gen)
+    cols = torch.randint(width, (nnz,), generator=gen)
+    return rows, cols, torch.rand(nnz, generator=gen)
+
+
+@pytest.mark.parametrize("width", [40, 4000])
+def test_feature_transpose_equals_the_dense_transposed_product(width):
+    """Kept whole (most rows filled) or compressed to its non-empty rows (most empty), the
+    weight gradient ``X^T G`` is the dense product's, and empty rows are exactly zero."""
+    from fglrepro.fl.engine import FeatureTranspose
+
+    rows, cols, values = _random_sparse_rows(30, width, 300)
+    transpose = FeatureTranspose.of(rows, cols, values, width, 30)
+    assert (transpose.rows is None) == (width == 40)
+    dense = torch.zeros(30, width).index_put_((rows, cols), values, accumulate=True)
+    grad = torch.randn(30, 8)
+    product = transpose.matmul(grad)
+    torch.testing.assert_close(product, dense.t() @ grad, rtol=1e-5, atol=1e-5)
+    empty = dense.abs().sum(0) == 0
+    assert torch.equal(product[empty], torch.zeros_like(product[empty]))
+
+
+def test_pooled_gradient_buffers_are_not_shared_while_held():
+    """Two uses of one stacked first layer in one backward pass (two forward passes on the
+    same features) get distinct buffers, so autograd sums two gradients, not one twice."""
+    from dataclasses import replace
+
+    from fglrepro.fl.buffers import BufferPool
+    from fglrepro.fl.engine import FeatureTranspose, _SparseFeatures
+
+    rows, cols, values = _random_sparse_rows(30, 4000, 300)
+    order = torch.argsort(rows * 4000 + cols)
+    rows, cols, values = rows[order], cols[order], values[order]
+    offsets = torch.cumsum(torch.bincount(rows, minlength=30), 0) - torch.bincount(rows, minlength=30)
+    transpose = replace(FeatureTranspose.of(rows, cols, values, 4000, 30), pool=BufferPool(min_bytes=0))
+    weight = torch.randn(4000, 8, requires_grad=True)
+    g1, g2 = torch.randn(30, 8), torch.randn(30, 8)
+    out1 = _SparseFeatures.apply(weight, cols, offsets, values, transpose)
+    out2 = _SparseFeatures.apply(weight, cols, offsets, values, transpose)
+    (grad,) = torch.autograd.grad((out1 * g1).sum() + (out2 * g2).sum(), weight)
+    dense = torch.zeros(30, 4000).index_put_((rows, cols), values, accumulate=True)
+    torch.testing.assert_close(grad, dense.t() @ (g1 + g2), rtol=1e-5, atol=1e-5)
+    held = transpose.matmul(g1)
+    again = transpose.matmul(g2)
+    assert held.data_ptr() != again.data_ptr()
+    torch.testing.assert_close(held, dense.t() @ g1, rtol=1e-5, atol=1e-5)
+
+
+def test_buffer_pool_reuses_only_released_buffers():
+    from fglrepro.fl.buffers import BufferPool
+
+    pool, like = BufferPool(min_bytes=0), torch.zeros(1)
+    first = pool.zeros((3, 2), like).add_(1.0)
+    second = pool.zeros((3, 2), like)
+    assert first.data_ptr() != second.data_ptr()
+    pointer = first.data_ptr()
+    del first
+    third = pool.zeros((3, 2), like)
+    assert third.data_ptr() == pointer and torch.equal(third, torch.zeros(3, 2))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from torch.optim.adam import adam
 
 from fglrepro.config import TrainConfig
+from fglrepro.fl.buffers import BufferPool
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.loop import EvaluateEach
 from fglrepro.fl.training import check_finite
@@ -43,18 +44,58 @@ if TYPE_CHECKING:
 BatchedTerms = Callable[["StackedForward", list[Tensor]], Tensor]
 
 
+@dataclass(frozen=True)
+class FeatureTranspose:
+    """``X^T`` of sparse features ``X [N, D]``, for the weight gradient ``X^T G [D, H]``.
+
+    torch's CSR product pays for every row of ``X^T``, empty or not; with client-stacked
+    features (``D = m * F``, client i's nodes only in rows ``i*F .. i*F+F-1``) most rows are
+    empty, and the cost would grow with ``m * F`` instead of the non-zeros. So when fewer than
+    half of the rows are non-empty, only those are kept (``csr [D', N]``, their positions
+    ``rows [D']``) and the product is scattered into a zero ``[D, H]`` from ``pool``: the
+    same values, row for row.
+    """
+
+    csr: Tensor
+    rows: Tensor | None
+    num_rows: int
+    pool: BufferPool = field(default_factory=BufferPool, compare=False)
+
+    @classmethod
+    def of(cls, rows: Tensor, cols: Tensor, values: Tensor, num_rows: int, num_nodes: int) -> "FeatureTranspose":
+        """The transpose of the ``(rows, cols, values)`` matrix ``[num_nodes, num_rows]``
+        (nodes without any non-zero feature included)."""
+        coo = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (num_rows, num_nodes)).coalesce()
+        crow = coo.to_sparse_csr().crow_indices()
+        filled = crow.diff() > 0
+        if 2 * int(filled.sum()) >= num_rows:
+            return cls(csr=coo.to_sparse_csr(), rows=None, num_rows=num_rows)
+        kept = filled.nonzero().flatten()
+        csr = torch.sparse_csr_tensor(torch.cat([crow[:1], crow[1:][filled]]), coo.indices()[1], coo.values(),
+                                      (kept.numel(), num_nodes))
+        return cls(csr=csr, rows=kept, num_rows=num_rows)
+
+    def matmul(self, grad: Tensor) -> Tensor:
+        """``X^T grad``: ``grad [N, H]`` -> ``[D, H]``."""
+        product = torch.sparse.mm(self.csr, grad)
+        if self.rows is None:
+            return product
+        return self.pool.zeros((self.num_rows, product.size(1)), product).index_copy_(0, self.rows, product)
+
+
 class _SparseFeatures(torch.autograd.Function):
     """``X W`` for a sparse ``X [N, D]`` given as an embedding bag and a dense ``W [D, H]``;
     the weight gradient ``X^T G`` is one CSR product with the precomputed transpose."""
 
     @staticmethod
-    def forward(ctx, weight: Tensor, index: Tensor, offsets: Tensor, values: Tensor, transpose: Tensor) -> Tensor:
+    def forward(ctx, weight: Tensor, index: Tensor, offsets: Tensor, values: Tensor,
+                transpose: FeatureTranspose) -> Tensor:
         ctx.transpose = transpose
         return F.embedding_bag(index, weight, offsets, mode="sum", per_sample_weights=values)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return torch.sparse.mm(ctx.transpose, grad), None, None, None, None
+        return ctx.transpose.matmul(grad), None, None, None, None
 
 
 class _SymmetricPropagation(torch.autograd.Function):
@@ -95,7 +136,7 @@ class ClientBatch:
         n_max: largest client.
         stacked, shared: the first-layer features for client-stacked (``[m * F, H]``) and
             for shared (``[F, H]``) weights: embedding-bag ``(index, offsets, values,
-            transposed CSR)``; ``None`` with dense features, kept in ``x_pad``.
+            :class:`FeatureTranspose`)``; ``None`` with dense features, kept in ``x_pad``.
         x_pad: ``[m, n_max, F]`` dense padded features (when not sparse).
         x: ``[N, F]`` the union's features.
     """
@@ -139,8 +180,9 @@ class ClientBatch:
             offsets = torch.cumsum(per_row, 0) - per_row
             stacked_cols = cols + batch[rows] * num_features
             n = x.size(0)
-            stacked = (stacked_cols, offsets, values, _transposed_csr(rows, stacked_cols, values, m * num_features, n))
-            shared = (cols, offsets, values, _transposed_csr(rows, cols, values, num_features, n))
+            stacked_t = FeatureTranspose.of(rows, stacked_cols, values, m * num_features, n)
+            stacked = (stacked_cols, offsets, values, stacked_t)
+            shared = (cols, offsets, values, FeatureTranspose.of(rows, cols, values, num_features, n))
         else:
             x_pad = x.new_zeros(m * n_max, num_features).index_copy(0, flat, x).view(m, n_max, num_features)
         return cls(
@@ -169,13 +211,6 @@ def is_symmetric(adj: Tensor) -> bool:
     """Whether the sparse CSR ``adj`` equals its transpose exactly."""
     transposed = adj.to_sparse_coo().t().coalesce().to_sparse_csr()
     return torch.equal(adj.col_indices(), transposed.col_indices()) and torch.equal(adj.values(), transposed.values())
-
-
-def _transposed_csr(rows: Tensor, cols: Tensor, values: Tensor, num_rows: int, num_nodes: int) -> Tensor:
-    """Sparse CSR ``[num_rows, num_nodes]`` of the transpose of the ``(rows, cols, values)``
-    matrix (nodes without any non-zero feature included)."""
-    coo = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (num_rows, num_nodes))
-    return coo.coalesce().to_sparse_csr()
 
 
 def _block_diagonal(blocks: list[Tensor]) -> Tensor:
@@ -374,11 +409,11 @@ class VectorisedEngine:
         one copy per parameter (a broadcast one when all of them are the same model)."""
         rows = torch.tensor(ks, device=self.stacks[0].device)
         if all(m is models[0] for m in models):
-            sources = [p.unsqueeze(0).expand(len(ks), *p.shape) for p in self.model.single(models[0])]
-        else:
-            sources = self.model.gather(models)
-        for stack, source in zip(self.stacks, sources):
-            stack.index_copy_(0, rows, source.contiguous())
+            for stack, value in zip(self.stacks, self.model.single(models[0])):
+                stack.index_put_((rows,), value)
+            return
+        for stack, source in zip(self.stacks, self.model.gather(models)):
+            stack.index_copy_(0, rows, source)
 
     def stacked(self, models: list[nn.Module]) -> list[Tensor]:
         """``models``' parameters stacked: the bound stacks themselves when ``models`` are the
