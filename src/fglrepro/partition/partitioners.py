@@ -14,12 +14,8 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-import igraph
-import networkx as nx
 import numpy as np
-import pymetis
 import torch
-from sklearn.cluster import KMeans
 from torch import Tensor
 
 from fglrepro.config import ConfigError, choice
@@ -66,6 +62,7 @@ def louvain_membership(
     """
     if library == "python-louvain":
         import community as python_louvain
+        import networkx as nx
 
         graph = nx.Graph()
         graph.add_nodes_from(range(num_nodes))
@@ -73,6 +70,8 @@ def louvain_membership(
         partition = python_louvain.best_partition(graph, resolution=resolution, random_state=seed)
         membership = np.array([partition[i] for i in range(num_nodes)])
     else:
+        import igraph
+
         graph = igraph.Graph(n=num_nodes)
         graph.add_edges(_undirected_pairs(edge_index))
         igraph.set_random_number_generator(random.Random(seed))
@@ -160,6 +159,8 @@ def metis_membership(edge_index: Tensor, num_nodes: int, num_parts: int, seed: i
     row, col = row[order], col[order]
     xadj = torch.zeros(num_nodes + 1, dtype=torch.long)
     xadj[1:] = torch.cumsum(torch.bincount(row, minlength=num_nodes), 0)
+    import pymetis
+
     _, membership = pymetis.part_graph(
         num_parts,
         adjacency=pymetis.CSRAdjacency(xadj.numpy(), col.numpy()),
@@ -257,6 +258,8 @@ def cluster_communities(membership: np.ndarray, data: Graph, num_clients: int, s
             f"{histograms.shape[0]} communities cannot form {num_clients} clients; "
             "raise num_communities or use fewer clients"
         )
+    from sklearn.cluster import KMeans
+
     kmeans = KMeans(n_clusters=num_clients, n_init=KMEANS_N_INIT, random_state=seed)
     cluster = kmeans.fit_predict(histograms)
     empty = sorted(set(range(num_clients)) - set(cluster.tolist()))

@@ -1,0 +1,138 @@
+"""Cost of every method's training run relative to FedAvg on the same cell, measured side by side.
+
+    .venv/bin/python benchmarks/method_costs.py [--repeats 3] [--datasets Cora CiteSeer]
+        [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--before-src /path/to/old/src]
+        [--out benchmarks/METHOD_COSTS]
+
+The jobs are the workflow's own: the script builds the studies' data and seed-0 partitions with
+Snakemake (``targets=partitions``), reads every training command from ``snakemake -n -p`` and
+keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8). Each repetition runs, back to
+back so that they share the machine's load, every selected job and the FedAvg job of the same
+cell (:data:`FEDAVG`), each as a fresh ``fgl-train`` process with one thread; with
+``--before-src`` each also runs on that source tree (e.g. a ``git worktree`` of an earlier
+commit, put first on ``PYTHONPATH``). Reported per method and cell: medians over repetitions of
+the process's CPU seconds (user + system: robust to other load; wall seconds too), FedAvg's, and
+their ratio, before and after. Writes ``<out>.csv`` (columns ``method, study, run, dataset,
+clients, seconds, fedavg_seconds, ratio, wall_seconds``, and ``before_*`` with ``--before-src``)
+and ``<out>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_benchmarks import REPO, machine  # noqa: E402
+
+STUDIES = ("fedtad_table2", "fedgkd_table1", "fedgkc_table1", "fedgkc_table2", "fedgls_table1", "opfgl_table1")
+#: the FedAvg job each study's rows are compared with: ``(study, run)`` on the same dataset and
+#: client count (the heterogeneous and one-shot studies have none of their own: FedTAD Table 2's
+#: FedAvg on the same Louvain cell)
+FEDAVG = {"fedtad_table2": ("fedtad_table2", "fedavg"), "fedgkd_table1": ("fedgkd_table1", "fedavg"),
+          "fedgkc_table1": ("fedtad_table2", "fedavg"), "fedgkc_table2": ("fedtad_table2", "fedavg"),
+          "fedgls_table1": ("fedgls_table1", "fed_gnn"), "opfgl_table1": ("fedtad_table2", "fedavg")}
+#: client count of the measured cells per study (10 unless listed)
+CLIENTS = {"fedgls_table1": 8}
+
+
+def snakemake(*args: str) -> str:
+    cmd = [str(Path(sys.executable).parent / "snakemake"), *args]
+    return subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True).stdout
+
+
+def training_jobs(studies: list[str], datasets: list[str]) -> dict[tuple[str, str, str, int], list[str]]:
+    """``(study, run, dataset, clients) -> fgl-train argv`` of every seed-0 job of ``studies``."""
+    config = ["--config", f"studies=[{','.join(studies)}]", "only_seeds=[0]", f"only_datasets=[{','.join(datasets)}]"]
+    snakemake("--cores", str(os.cpu_count()), *config, "targets=partitions")
+    jobs = {}
+    for line in snakemake("-n", "-p", *config).splitlines():
+        if not line.startswith("Shell command: fgl-train"):
+            continue
+        argv = shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
+        spec = json.loads(argv[argv.index("--spec") + 1])
+        jobs[spec["study"], spec["run"], spec["dataset"], spec["clients"]] = argv[1:]
+    return jobs
+
+
+def measure(argv: list[str], src: Path, out: Path) -> tuple[float, float]:
+    """CPU and wall seconds of one ``fgl-train`` process on the package at ``src``."""
+    argv = list(argv)
+    argv[argv.index("--out") + 1] = str(out)
+    argv[argv.index("--threads") + 1] = "1"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "fglrepro.cli.train", *argv], cwd=REPO, env=env, check=True,
+                   capture_output=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
+    parser.add_argument("--studies", nargs="+", default=list(STUDIES), choices=STUDIES)
+    parser.add_argument("--runs", nargs="+", help="only these runs (table rows; grid points match by prefix)")
+    parser.add_argument("--before-src", type=Path, help="source tree of the code to compare with")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "METHOD_COSTS"))
+    args = parser.parse_args()
+    jobs = training_jobs(sorted(set(args.studies) | {FEDAVG[s][0] for s in args.studies}), args.datasets)
+    selected = [key for key in jobs if key[0] in args.studies and key[3] == CLIENTS.get(key[0], 10)
+                and (not args.runs or key[1].split("@")[0] in args.runs)]
+    trees = {"": REPO / "src", **({"before_": args.before_src} if args.before_src else {})}
+    samples: dict[tuple, list[tuple[float, float]]] = {}
+    start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for key in sorted(selected):
+                study, _, dataset, clients = key
+                reference = (*FEDAVG[study], dataset, clients)
+                for prefix, src in trees.items():
+                    for job in (reference, key):
+                        samples.setdefault((prefix, job), []).append(measure(jobs[job], src, Path(tmp) / "run.json"))
+                print(f"repeat {repeat + 1}/{args.repeats}: {key}", flush=True)
+    rows = []
+    for key in sorted(selected):
+        study, run, dataset, clients = key
+        spec = json.loads(jobs[key][jobs[key].index("--spec") + 1])
+        row = {"method": spec["method"], "study": study, "run": run, "dataset": dataset, "clients": clients}
+        for prefix in trees:
+            own = samples[prefix, key]
+            fedavg = samples[prefix, (*FEDAVG[study], dataset, clients)][:len(own)]
+            seconds = statistics.median(cpu for cpu, _ in own)
+            fedavg_seconds = statistics.median(cpu for cpu, _ in fedavg)
+            row.update({f"{prefix}seconds": round(seconds, 2), f"{prefix}fedavg_seconds": round(fedavg_seconds, 2),
+                        f"{prefix}ratio": round(seconds / fedavg_seconds, 2),
+                        f"{prefix}wall_seconds": round(statistics.median(wall for _, wall in own), 2)})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(f"{args.out}.csv", index=False)
+    header = [
+        "# Cost of each method's run relative to FedAvg on the same cell", "",
+        f"Written by `benchmarks/method_costs.py` ({start}; {args.repeats} repetitions, medians).", "",
+        f"Machine: {machine()}; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after.",
+        "`seconds`: CPU seconds (user + system) of the whole `fgl-train` process, one thread; `fedavg_seconds`: "
+        "the FedAvg job of the same cell measured right next to it; `ratio` = seconds / fedavg_seconds."
+        + (f" `before_*`: the same on the source tree `{args.before_src}`." if args.before_src else ""), "",
+    ]
+    Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n")
+    print(table.to_markdown(index=False))
+
+
+if __name__ == "__main__":
+    main()
