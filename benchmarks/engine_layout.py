@@ -25,7 +25,8 @@ import torch
 
 from fglrepro.data.graph import load_graph
 from fglrepro.fl.clients import build_clients
-from fglrepro.fl.engine import ClientBatch, _SparseFeatures
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.sparse import sparse_matmul
 from fglrepro.partition.data import Partition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,8 +59,7 @@ def layouts(clients, device: torch.device) -> dict[str, float]:
     per_client = [torch.randn(num_features, HIDDEN, device=device, requires_grad=True) for _ in clients]
 
     def gather_sum():
-        index, offsets, values, transpose = sparse.stacked
-        _SparseFeatures.apply(weight.view(-1, HIDDEN), index, offsets, values, transpose).sum().backward()
+        sparse_matmul(sparse.stacked, weight.view(-1, HIDDEN)).sum().backward()
 
     def padded_bmm():
         dense.unpad(torch.bmm(dense.x_pad, weight)).sum().backward()

@@ -14,7 +14,8 @@ import torch
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig
 from fglrepro.fl.clients import build_clients, normalized_adjacency
 from fglrepro.fl.engine import BatchedEvaluator, ClientBatch, VectorisedEngine, bernoulli_mask, is_symmetric
-from fglrepro.fl.loop import evaluate_each, run_federation
+from fglrepro.fl.evaluation import evaluate_each
+from fglrepro.fl.loop import run_federation
 from fglrepro.fl.method import Federation, RunSetup, vectorised_obstacle
 from fglrepro.methods import build_method, check_method, resolve_method
 from fglrepro.models import build_model
@@ -204,51 +205,52 @@ def test_engine_with_featureless_last_nodes(cora):
 
 
 def _random_sparse_rows(num_nodes: int, width: int, nnz: int, seed: int = 0):
+    """Row-major ``(rows, columns, values)`` of a random sparse ``[num_nodes, width]`` and its dense form."""
     gen = torch.Generator().manual_seed(seed)
-    rows = torch.randint(num_nodes, (nnz,), generator=gen)
-    cols = torch.randint(width, (nnz,), generator=gen)
-    return rows, cols, torch.rand(nnz, generator=gen)
+    flat = torch.randperm(num_nodes * width, generator=gen)[:nnz].sort().values
+    rows, columns = flat // width, flat % width
+    values = torch.rand(nnz, generator=gen)
+    dense = torch.zeros(num_nodes, width).index_put_((rows, columns), values)
+    return rows, columns, values, dense
 
 
 @pytest.mark.parametrize("width", [40, 4000])
 def test_feature_transpose_equals_the_dense_transposed_product(width):
     """Kept whole (most rows filled) or compressed to its non-empty rows (most empty), the
     weight gradient ``X^T G`` is the dense product's, and empty rows are exactly zero."""
-    from fglrepro.fl.engine import FeatureTranspose
+    from fglrepro.sparse import FeatureTranspose
 
-    rows, cols, values = _random_sparse_rows(30, width, 300)
-    transpose = FeatureTranspose.of(rows, cols, values, width, 30)
+    rows, columns, values, dense = _random_sparse_rows(30, width, 300)
+    transpose = FeatureTranspose.of(rows, columns, values, (30, width))
     assert (transpose.rows is None) == (width == 40)
-    dense = torch.zeros(30, width).index_put_((rows, cols), values, accumulate=True)
     grad = torch.randn(30, 8)
     product = transpose.matmul(grad)
     torch.testing.assert_close(product, dense.t() @ grad, rtol=1e-5, atol=1e-5)
     empty = dense.abs().sum(0) == 0
     assert torch.equal(product[empty], torch.zeros_like(product[empty]))
+    doubled = transpose.with_values(2 * values).matmul(grad)
+    torch.testing.assert_close(doubled, 2 * dense.t() @ grad, rtol=1e-5, atol=1e-5)
 
 
 def test_pooled_gradient_buffers_are_not_shared_while_held():
-    """Two uses of one stacked first layer in one backward pass (two forward passes on the
+    """Two uses of one sparse first layer in one backward pass (two forward passes on the
     same features) get distinct buffers, so autograd sums two gradients, not one twice."""
     from dataclasses import replace
 
     from fglrepro.fl.buffers import BufferPool
-    from fglrepro.fl.engine import FeatureTranspose, _SparseFeatures
+    from fglrepro.sparse import SparseRows, sparse_matmul
 
-    rows, cols, values = _random_sparse_rows(30, 4000, 300)
-    order = torch.argsort(rows * 4000 + cols)
-    rows, cols, values = rows[order], cols[order], values[order]
-    offsets = torch.cumsum(torch.bincount(rows, minlength=30), 0) - torch.bincount(rows, minlength=30)
-    transpose = replace(FeatureTranspose.of(rows, cols, values, 4000, 30), pool=BufferPool(min_bytes=0))
+    rows, columns, values, dense = _random_sparse_rows(30, 4000, 300)
+    features = SparseRows.entries(rows, columns, values, (30, 4000))
+    features._transpose = replace(features.transposed(), pool=BufferPool(min_bytes=0))
     weight = torch.randn(4000, 8, requires_grad=True)
     g1, g2 = torch.randn(30, 8), torch.randn(30, 8)
-    out1 = _SparseFeatures.apply(weight, cols, offsets, values, transpose)
-    out2 = _SparseFeatures.apply(weight, cols, offsets, values, transpose)
+    torch.testing.assert_close(sparse_matmul(features, weight), dense @ weight, rtol=1e-5, atol=1e-5)
+    out1, out2 = sparse_matmul(features, weight), sparse_matmul(features, weight)
     (grad,) = torch.autograd.grad((out1 * g1).sum() + (out2 * g2).sum(), weight)
-    dense = torch.zeros(30, 4000).index_put_((rows, cols), values, accumulate=True)
     torch.testing.assert_close(grad, dense.t() @ (g1 + g2), rtol=1e-5, atol=1e-5)
-    held = transpose.matmul(g1)
-    again = transpose.matmul(g2)
+    held = features.transposed().matmul(g1)
+    again = features.transposed().matmul(g2)
     assert held.data_ptr() != again.data_ptr()
     torch.testing.assert_close(held, dense.t() @ g1, rtol=1e-5, atol=1e-5)
 
@@ -264,3 +266,21 @@ def test_buffer_pool_reuses_only_released_buffers():
     del first
     third = pool.zeros((3, 2), like)
     assert third.data_ptr() == pointer and torch.equal(third, torch.zeros(3, 2))
+
+
+def test_vectorised_method_without_batched_terms_is_refused():
+    """A method that adds to its local loss must give the batched form, or the engine refuses it."""
+    from fglrepro.methods import get_method
+
+    fedavg, fedprox = get_method("fedavg"), get_method("fedprox")
+
+    class ForgetsBatchedTerms(fedavg):
+        vectorised = True
+
+        def extra_loss(self, k, round_):
+            return None
+
+    with pytest.raises(TypeError, match="batched_extra_loss"):
+        ForgetsBatchedTerms.check_batched_terms()
+    fedprox.check_batched_terms()
+    fedavg.check_batched_terms()

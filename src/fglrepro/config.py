@@ -186,9 +186,11 @@ class TrainConfig:
     #: fraction of clients sampled (uniformly, without replacement) each round
     participation: float = 1.0
     #: ``auto``: the vectorised engine (all participants' local steps as one batched
-    #: computation) when the method and model allow it, else the per-client loop;
-    #: ``sequential``: always the per-client loop (the reference); ``vectorised``: the
-    #: engine, an error where it cannot run.
+    #: computation) when the method and model allow it, else the per-client loop, both with
+    #: the fast kernels (sparse first layers, batched method-specific steps; equal to the
+    #: reference up to float rounding); ``sequential``: always the per-client loop with dense
+    #: kernels (the reference, bit for bit as the runs of earlier commits); ``vectorised``:
+    #: the engine, an error where it cannot run.
     engine: str = "auto"
 
     def __post_init__(self) -> None:

@@ -9,26 +9,140 @@ followed by the linear head ``model.readout`` (``hidden`` is the head's input).
 
 GAT, GraphSAGE and GIN wrap PyG's layers (imported when such a model is built) and read the
 edges from the sparsity pattern of ``adj`` (:func:`edge_index_of`).
+
+Fast kernels (:func:`set_fast_kernels`, off by default; ``fgl-train`` turns them on unless
+``train.engine`` is ``sequential``): every architecture's first layer multiplies sparse
+bag-of-words features (:func:`sparse_rows`: density below :data:`SPARSE_BELOW`, no gradient)
+by its weight as a sparse product (:func:`feature_linear`), and SGC / S²GC keep the propagated
+features of an unchanged input (:func:`propagated`). Features stay dense tensors for the
+methods; the sparse form is built once per tensor and kept while it lives unmodified. Off,
+every model computes exactly the dense operations it always did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
+from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, ModelConfig
+from fglrepro.sparse import SparseRows, sparse_matmul
+
+#: Features whose share of non-zero entries is below this are multiplied as sparse rows (the
+#: vectorised engine's threshold, :meth:`fglrepro.fl.engine.ClientBatch.of`).
+SPARSE_BELOW = 0.1
+
+_fast_kernels = False
+
+
+def set_fast_kernels(enabled: bool) -> None:
+    """Switch the fast kernels (sparse first-layer products, cached propagation) on or off for
+    the whole process. Their results equal the dense operations' up to float rounding."""
+    global _fast_kernels
+    _fast_kernels = bool(enabled)
+
+
+@contextlib.contextmanager
+def fast_kernels(enabled: bool = True) -> Iterator[None]:
+    """:func:`set_fast_kernels` for the duration of a ``with`` block (restored after)."""
+    previous = _fast_kernels
+    set_fast_kernels(enabled)
+    try:
+        yield
+    finally:
+        set_fast_kernels(previous)
+
+
+T = TypeVar("T")
+
+
+class _TensorMemo:
+    """Values computed from tensors, each kept while all its source tensors live and none has
+    been modified in place (same version counter): ``key + ids of the sources -> (weak
+    references, versions, value)``; an entry leaves when one of its sources dies. Values must
+    not reference their sources (they would never die)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple[list[weakref.ref], list[int], object]] = {}
+
+    def get(self, key: tuple, sources: tuple[Tensor, ...], compute: Callable[[], T]) -> T:
+        """``compute()``, or its value from an earlier call on the same unchanged ``sources``
+        (inference tensors have no version counter and are not cached)."""
+        if any(t.is_inference() for t in sources):
+            return compute()
+        ident = key + tuple(id(t) for t in sources)
+        versions = [t._version for t in sources]
+        entry = self._entries.get(ident)
+        if entry is not None and entry[1] == versions and all(r() is t for r, t in zip(entry[0], sources)):
+            return entry[2]
+        value = compute()
+        refs = [weakref.ref(t, lambda _, ident=ident: self._entries.pop(ident, None)) for t in sources]
+        self._entries[ident] = (refs, versions, value)
+        return value
+
+
+_MEMO = _TensorMemo()
+
+
+def sparse_rows(x: Tensor) -> SparseRows | None:
+    """The sparse form of the features ``x [n, F]`` when the fast kernels are on, ``x`` does
+    not require gradient and fewer than :data:`SPARSE_BELOW` of its entries are non-zero;
+    otherwise ``None``. Decided and built once per tensor (kept while it lives unmodified)."""
+    if not _fast_kernels or x.requires_grad or x.dim() != 2 or x.layout != torch.strided or not x.is_floating_point():
+        return None
+
+    def build() -> SparseRows | None:
+        return SparseRows.of(x) if 0 < x.numel() and x.count_nonzero() < SPARSE_BELOW * x.numel() else None
+
+    return _MEMO.get(("sparse rows",), (x,), build)
+
+
+def share_sparsity(derived: Tensor, source: Tensor) -> Tensor:
+    """Declare that ``derived [n, F]``'s non-zeros lie where ``source``'s do (a masked or
+    dropped-out copy of it): with the fast kernels on and ``source`` sparse, ``derived``'s
+    sparse form is read off ``source``'s pattern instead of a scan of every entry. Returns
+    ``derived``; a non-zero outside ``source``'s pattern would be lost, hence the contract."""
+    if derived is source or derived.shape != source.shape or derived.requires_grad or derived.is_inference():
+        return derived
+    pattern = sparse_rows(source)
+    if pattern is not None:
+        _MEMO.get(("sparse rows",), (derived,), lambda: pattern.with_values_of(derived))
+    return derived
+
+
+def feature_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``: ``x [n, F]``, ``weight [H, F]`` -> ``[n, H]``; a sparse
+    product when :func:`sparse_rows` gives ``x``'s sparse form (a model's first layer)."""
+    rows = sparse_rows(x)
+    if rows is None or rows.values.dtype != weight.dtype:
+        return F.linear(x, weight, bias)
+    out = sparse_matmul(rows, weight.t().contiguous())
+    return out if bias is None else out + bias
+
+
+def propagated(key: tuple, x: Tensor, adj: Tensor, compute: Callable[[], Tensor]) -> Tensor:
+    """``compute()``, a propagation of ``x`` over ``adj`` named by ``key``; with the fast
+    kernels on and neither input requiring gradient, kept while both live unmodified."""
+    if not _fast_kernels or x.requires_grad or adj.requires_grad:
+        return compute()
+    return _MEMO.get(key, (x, adj), compute)
 
 
 class _Weight(nn.Module):
-    """Holds ``weight [out, in]`` under the name of PyG's ``Linear`` inside ``GCNConv``."""
+    """Holds ``weight [out, in]`` under the name of PyG's bias-free ``Linear`` inside
+    ``GCNConv`` (and ``GATConv``); calling it is :func:`feature_linear` ``[n, in] -> [n, out]``."""
 
     def __init__(self, in_channels: int, out_channels: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return feature_linear(x, self.weight)
 
 
 class GCNLayer(nn.Module):
@@ -57,7 +171,7 @@ class GCNLayer(nn.Module):
         self.bias.data.fill_(0.0)
 
     def forward(self, x: Tensor, adj: Tensor) -> Tensor:
-        return propagate_once(adj, F.linear(x, self.lin.weight)) + self.bias
+        return propagate_once(adj, feature_linear(x, self.lin.weight)) + self.bias
 
 
 def propagate_once(adj: Tensor, h: Tensor) -> Tensor:
@@ -89,6 +203,10 @@ class ConvStack(nn.Module):
         """What each convolution takes besides the features (the operator itself by default)."""
         return adj
 
+    def convolve(self, i: int, x: Tensor, graph) -> Tensor:
+        """Convolution ``i`` of the features ``x`` (``convs[i](x, graph)``)."""
+        return self.convs[i](x, graph)
+
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x [n, F]``, ``adj [n, n]`` sparse normalised -> logits ``[n, C]``.
 
@@ -97,10 +215,10 @@ class ConvStack(nn.Module):
         """
         graph = self.graph(adj)
         hidden, outputs = x, []
-        for i, conv in enumerate(self.convs):
+        for i in range(len(self.convs)):
             if i == len(self.convs) - 1:
                 hidden = x
-            x = conv(x, graph)
+            x = self.convolve(i, x, graph)
             if i < len(self.convs) - 1 or self.readout is not None:
                 x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
                 outputs.append(x)
@@ -143,41 +261,42 @@ class GCN(ConvStack):
         super().__init__(convs, hidden, out_channels, dropout, readout, jk)
 
 
-#: ``id(adj) -> (weak reference to adj, its edges)``; an entry leaves when its operator dies.
-_EDGE_INDEX: dict[int, tuple[weakref.ref, Tensor]] = {}
-
-
 def edge_index_of(adj: Tensor) -> Tensor:
     """Edges ``[2, E]`` (source, target) of the operator ``adj [n, n]``: every non-zero
     ``adj[i, j]`` off the diagonal is an edge ``j -> i`` (node i aggregates node j, as in
     ``adj @ x``). The diagonal is left out: :func:`~fglrepro.fl.clients.normalized_adjacency`
     puts a self-loop on every node, and GAT adds its own. Computed once per sparse operator
-    (cached while it lives); a dense operator is read each call."""
+    (cached while it lives unmodified); a dense operator is read each call."""
     if adj.layout != torch.sparse_csr:
         target, source = adj.detach().nonzero().t()
         keep = source != target
         return torch.stack([source[keep], target[keep]])
-    key = id(adj)
-    ref, cached = _EDGE_INDEX.get(key, (None, None))
-    if ref is not None and ref() is adj:
-        return cached
-    crow = adj.crow_indices()
-    target = torch.repeat_interleave(torch.arange(crow.numel() - 1, device=crow.device), crow.diff())
-    source = adj.col_indices()
-    keep = source != target
-    edges = torch.stack([source[keep], target[keep]])
-    _EDGE_INDEX[key] = (weakref.ref(adj, lambda _, key=key: _EDGE_INDEX.pop(key, None)), edges)
-    return edges
+
+    def edges() -> Tensor:
+        crow = adj.crow_indices()
+        target = torch.repeat_interleave(torch.arange(crow.numel() - 1, device=crow.device), crow.diff())
+        source = adj.col_indices()
+        keep = source != target
+        return torch.stack([source[keep], target[keep]])
+
+    return _MEMO.get(("edges",), (adj,), edges)
 
 
-def _pyg_conv(arch: str, in_channels: int, out_channels: int) -> nn.Module:
+def _pyg_conv(arch: str, in_channels: int, out_channels: int, first: bool) -> nn.Module:
     """One PyG convolution ``[n, in] -> [n, out]``: ``GATConv`` (one head, OpenFGL's GAT),
     ``SAGEConv`` (mean aggregation and root weight) or ``GINConv`` whose MLP is
-    ``Linear(in, out) -> ReLU -> Linear(out, out)`` (eps = 0, PyG's GIN model)."""
+    ``Linear(in, out) -> ReLU -> Linear(out, out)`` (eps = 0, PyG's GIN model). The ``first``
+    GAT layer holds its (same, bias-free) weight ``lin.weight`` in a :class:`_Weight`, whose
+    product is sparse on sparse features."""
     from torch_geometric.nn import GATConv, GINConv, SAGEConv
 
     if arch == "gat":
-        return GATConv(in_channels, out_channels)
+        conv = GATConv(in_channels, out_channels)
+        if first:
+            holder = _Weight(in_channels, out_channels)
+            holder.weight = conv.lin.weight
+            conv.lin = holder
+        return conv
     if arch == "sage":
         return SAGEConv(in_channels, out_channels)
     mlp = nn.Sequential(nn.Linear(in_channels, out_channels), nn.ReLU(), nn.Linear(out_channels, out_channels))
@@ -193,12 +312,33 @@ class PyGNet(ConvStack):
     def __init__(self, arch: str, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
                  dropout: float = 0.5, readout: bool = False) -> None:
         widths = _widths(in_channels, hidden, out_channels, layers, readout)
-        convs = nn.ModuleList(_pyg_conv(arch, a, b) for a, b in zip(widths[:-1], widths[1:]))
+        convs = nn.ModuleList(_pyg_conv(arch, a, b, first=i == 0)
+                              for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
         super().__init__(convs, hidden, out_channels, dropout, readout)
         self.arch = arch
 
     def graph(self, adj: Tensor) -> Tensor:
         return edge_index_of(adj)
+
+    def convolve(self, i: int, x: Tensor, graph: Tensor) -> Tensor:
+        r"""Convolution ``i``; on sparse features (:func:`sparse_rows`) GraphSAGE and GIN apply
+        their first linear map before aggregating, at width ``out`` instead of ``F``: the
+        mean and the sum over neighbours commute with it,
+
+        .. math:: \mathrm{SAGE}: \ \mathrm{mean}_j(x_j W_l^\top) + b_l + x W_r^\top, \qquad
+                  \mathrm{GIN}: \ \mathrm{MLP}_{>1}\big(\textstyle\sum_j x_j W^\top + (1+\epsilon) x W^\top + b\big),
+
+        with PyG's own aggregation (``conv.propagate``) and parameters."""
+        conv = self.convs[i]
+        if i > 0 or self.arch == "gat" or sparse_rows(x) is None:
+            return conv(x, graph)
+        if self.arch == "sage":
+            neighbours = feature_linear(x, conv.lin_l.weight)
+            out = conv.propagate(graph, x=(neighbours, neighbours)) + conv.lin_l.bias
+            return out + feature_linear(x, conv.lin_r.weight, conv.lin_r.bias)
+        first, rest = conv.nn[0], conv.nn[1:]
+        h = feature_linear(x, first.weight)
+        return rest(conv.propagate(graph, x=(h, h)) + (1 + conv.eps) * h + first.bias)
 
 
 class MLP(nn.Module):
@@ -237,7 +377,7 @@ class MLP(nn.Module):
         for i, lin in enumerate(self.lins):
             if i == len(self.lins) - 1:
                 hidden = x
-            x = lin(x)
+            x = feature_linear(x, lin.weight, lin.bias) if i == 0 else lin(x)
             if i < len(self.lins) - 1 or self.readout is not None:
                 x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
         if self.readout is not None:
@@ -261,6 +401,10 @@ class SGC(nn.Module):
     With ``readout`` it is an encoder -> head model as the others of the zoo:
     ``hidden = dropout(ReLU(Â^K x W_1))`` ``[n, hidden]``, ``logits = readout(hidden)``.
     Without it ``hidden`` and ``dropout`` are unused (``layers`` always is).
+
+    With the fast kernels on, sparse features are multiplied first, ``Â^K (x W^T) + b`` (the
+    propagation at width ``out`` instead of ``F``; unless the propagated features ``[n, F]``
+    are returned), and dense ones are propagated once per unchanged ``(x, adj)`` pair.
     """
 
     def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 2, dropout: float = 0.5,
@@ -273,8 +417,13 @@ class SGC(nn.Module):
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x [n, F]`` -> logits ``[n, C]`` (and the propagated features ``[n, F]``, with
         readout the encoder's output ``[n, hidden]``)."""
-        hidden = propagate(x, adj, self.hops)[-1] if self.hops > 0 else x
-        logits = self.linear(hidden)
+        if self.hops > 0 and not (return_hidden and self.readout is None) and sparse_rows(x) is not None:
+            hidden = None  # the propagated features are not returned
+            logits = propagate(feature_linear(x, self.linear.weight), adj, self.hops)[-1] + self.linear.bias
+        else:
+            hidden = x if self.hops == 0 else propagated(("sgc", self.hops), x, adj,
+                                                         lambda: propagate(x, adj, self.hops)[-1])
+            logits = feature_linear(hidden, self.linear.weight, self.linear.bias)
         if self.readout is not None:
             hidden = F.dropout(F.relu(logits), p=self.dropout, training=self.training)
             logits = self.readout(hidden)
@@ -283,7 +432,8 @@ class SGC(nn.Module):
 
 class SSGC(nn.Module):
     """S²GC (Zhu & Koniusz, ICLR 2021): ``logits = (α x + (1-α)/K Σ_{k=1..K} Â^k x) W``
-    (the definition of PyG's ``SSGConv``; paper defaults K = 16, α = 0.05)."""
+    (the definition of PyG's ``SSGConv``; paper defaults K = 16, α = 0.05). With the fast
+    kernels on the smoothed features are computed once per unchanged ``(x, adj)`` pair."""
 
     def __init__(self, in_channels: int, hidden: int, out_channels: int, hops: int = 16,
                  alpha: float = 0.05, **_unused) -> None:
@@ -293,11 +443,16 @@ class SSGC(nn.Module):
 
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x [n, F]`` -> logits ``[n, C]`` (and the smoothed features ``[n, F]``)."""
+        hidden = propagated(("ssgc", self.hops, self.alpha), x, adj, lambda: self.smooth(x, adj))
+        logits = feature_linear(hidden, self.linear.weight, self.linear.bias)
+        return (hidden, logits) if return_hidden else logits
+
+    def smooth(self, x: Tensor, adj: Tensor) -> Tensor:
+        """``α x + (1-α)/K Σ_k Â^k x`` ``[n, F]``."""
         hidden = self.alpha * x
         if self.hops > 0:
             hidden = hidden + (1 - self.alpha) * sum(propagate(x, adj, self.hops)) / self.hops
-        logits = self.linear(hidden)
-        return (hidden, logits) if return_hidden else logits
+        return hidden
 
 
 class APPNPNet(nn.Module):
@@ -316,8 +471,9 @@ class APPNPNet(nn.Module):
 
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x [n, F]`` -> logits ``[n, C]`` (and the MLP's hidden layer ``[n, hidden]``)."""
-        x = F.dropout(x, p=self.dropout, training=self.training)
-        hidden = F.dropout(F.relu(self.lin1(x)), p=self.dropout, training=self.training)
+        x = share_sparsity(F.dropout(x, p=self.dropout, training=self.training), x)
+        hidden = F.dropout(F.relu(feature_linear(x, self.lin1.weight, self.lin1.bias)), p=self.dropout,
+                           training=self.training)
         logits = self.propagation(self.lin2(hidden), adj)
         return (hidden, logits) if return_hidden else logits
 

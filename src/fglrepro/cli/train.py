@@ -110,11 +110,12 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, as_dict, from_dict
     from fglrepro.data.graph import load_graph
     from fglrepro.fl.clients import build_clients
-    from fglrepro.fl.loop import EvaluateEach, RoundProgress, run_federation
+    from fglrepro.fl.evaluation import EvaluateEach
+    from fglrepro.fl.loop import RoundProgress, run_federation
     from fglrepro.fl.method import Federation, RunSetup, vectorised_obstacle
     from fglrepro.fl.training import Diverged
     from fglrepro.methods import build_method, check_method, resolve_method
-    from fglrepro.models import build_model
+    from fglrepro.models import build_model, set_fast_kernels
     from fglrepro.partition.data import Partition
 
     method_spec = resolve_method(spec["method"], spec.get("hparams"))
@@ -139,15 +140,17 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
     federation = Federation(clients=clients, model=model, train=train_cfg,
                             generator=torch.Generator().manual_seed(seed), client_models=client_models)
     test_options = {"dropout": eval_cfg.dropout, "all_classes": eval_cfg.f1_classes == "all"}
-    engine, evaluator = "sequential", EvaluateEach(**test_options)
+    engine = "sequential" if train_cfg.engine == "sequential" else "per-client"
+    evaluator = EvaluateEach(**test_options)
     obstacle = vectorised_obstacle(method_spec.capabilities, model_cfg)
+    set_fast_kernels(train_cfg.engine != "sequential")  # sparse first layers, cached propagation
     if train_cfg.engine != "sequential" and obstacle is None:
         from fglrepro.fl.engine import BatchedEvaluator, VectorisedEngine
 
         federation.engine = VectorisedEngine(federation)
         engine, evaluator = "vectorised", BatchedEvaluator(federation.engine, **test_options)
     elif train_cfg.engine == "auto":
-        log.info("engine auto: sequential, %s", obstacle)
+        log.info("engine auto: per-client loop with fast kernels, %s", obstacle)
     method = build_method(method_spec, federation)
 
     record = {
@@ -158,7 +161,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
         "package_version": fglrepro.__version__, "git_commit": git_commit(),
     }
     progress = RoundProgress(train_cfg.rounds, eval_cfg.average)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     try:
         history = run_federation(method, train_cfg.rounds, eval_cfg, on_round=progress, evaluator=evaluator)
         record.update(status="ok", stopped_early=history.stopped_early,
@@ -170,7 +173,8 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str) -
         record.update(status="oom", message=str(err).splitlines()[0])
     finally:
         progress.close()
-    record.update(wall_s=time.perf_counter() - start, peak_memory_mb=peak_memory_mb(device))
+    record.update(wall_s=time.perf_counter() - start, cpu_s=time.process_time() - start_cpu,
+                  peak_memory_mb=peak_memory_mb(device))
     return record
 
 

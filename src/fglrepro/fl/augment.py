@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from fglrepro.fl.clients import ClientData, normalized_adjacency
+from fglrepro.models import share_sparsity
 
 
 def drop_edges(edge_index: Tensor, p: float) -> Tensor:
@@ -16,8 +17,9 @@ def drop_edges(edge_index: Tensor, p: float) -> Tensor:
 
 
 def mask_features(x: Tensor, p: float) -> Tensor:
-    """``x [n, F]`` with each feature column set to 0 independently with probability ``p``."""
-    return x * (torch.rand(x.size(1), device=x.device) >= p).to(x.dtype)
+    """``x [n, F]`` with each feature column set to 0 independently with probability ``p``
+    (its non-zeros within ``x``'s, so the fast kernels reuse ``x``'s sparse pattern)."""
+    return share_sparsity(x * (torch.rand(x.size(1), device=x.device) >= p).to(x.dtype), x)
 
 
 def perturbed_view(client: ClientData, edge_drop: float, feature_mask: float) -> tuple[Tensor, Tensor]:

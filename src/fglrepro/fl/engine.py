@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -30,11 +30,11 @@ from torch import Tensor, nn
 from torch.optim.adam import adam
 
 from fglrepro.config import TrainConfig
-from fglrepro.fl.buffers import BufferPool
 from fglrepro.fl.clients import ClientData
-from fglrepro.fl.loop import EvaluateEach
+from fglrepro.fl.evaluation import EvaluateEach
 from fglrepro.fl.training import check_finite
 from fglrepro.models import GCN
+from fglrepro.sparse import SparseRows, sparse_matmul
 
 if TYPE_CHECKING:
     from fglrepro.fl.method import FederatedMethod, Federation, Upload
@@ -42,60 +42,6 @@ if TYPE_CHECKING:
 #: A method's batched local-loss terms: ``(forward pass, stacked parameters) -> [m]``, one
 #: value per participant, added to its cross-entropy.
 BatchedTerms = Callable[["StackedForward", list[Tensor]], Tensor]
-
-
-@dataclass(frozen=True)
-class FeatureTranspose:
-    """``X^T`` of sparse features ``X [N, D]``, for the weight gradient ``X^T G [D, H]``.
-
-    torch's CSR product pays for every row of ``X^T``, empty or not; with client-stacked
-    features (``D = m * F``, client i's nodes only in rows ``i*F .. i*F+F-1``) most rows are
-    empty, and the cost would grow with ``m * F`` instead of the non-zeros. So when fewer than
-    half of the rows are non-empty, only those are kept (``csr [D', N]``, their positions
-    ``rows [D']``) and the product is scattered into a zero ``[D, H]`` from ``pool``: the
-    same values, row for row.
-    """
-
-    csr: Tensor
-    rows: Tensor | None
-    num_rows: int
-    pool: BufferPool = field(default_factory=BufferPool, compare=False)
-
-    @classmethod
-    def of(cls, rows: Tensor, cols: Tensor, values: Tensor, num_rows: int, num_nodes: int) -> "FeatureTranspose":
-        """The transpose of the ``(rows, cols, values)`` matrix ``[num_nodes, num_rows]``
-        (nodes without any non-zero feature included)."""
-        coo = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (num_rows, num_nodes)).coalesce()
-        crow = coo.to_sparse_csr().crow_indices()
-        filled = crow.diff() > 0
-        if 2 * int(filled.sum()) >= num_rows:
-            return cls(csr=coo.to_sparse_csr(), rows=None, num_rows=num_rows)
-        kept = filled.nonzero().flatten()
-        csr = torch.sparse_csr_tensor(torch.cat([crow[:1], crow[1:][filled]]), coo.indices()[1], coo.values(),
-                                      (kept.numel(), num_nodes))
-        return cls(csr=csr, rows=kept, num_rows=num_rows)
-
-    def matmul(self, grad: Tensor) -> Tensor:
-        """``X^T grad``: ``grad [N, H]`` -> ``[D, H]``."""
-        product = torch.sparse.mm(self.csr, grad)
-        if self.rows is None:
-            return product
-        return self.pool.zeros((self.num_rows, product.size(1)), product).index_copy_(0, self.rows, product)
-
-
-class _SparseFeatures(torch.autograd.Function):
-    """``X W`` for a sparse ``X [N, D]`` given as an embedding bag and a dense ``W [D, H]``;
-    the weight gradient ``X^T G`` is one CSR product with the precomputed transpose."""
-
-    @staticmethod
-    def forward(ctx, weight: Tensor, index: Tensor, offsets: Tensor, values: Tensor,
-                transpose: FeatureTranspose) -> Tensor:
-        ctx.transpose = transpose
-        return F.embedding_bag(index, weight, offsets, mode="sum", per_sample_weights=values)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return ctx.transpose.matmul(grad), None, None, None, None
 
 
 class _SymmetricPropagation(torch.autograd.Function):
@@ -134,9 +80,10 @@ class ClientBatch:
         y, train_mask, val_mask, test_mask: ``[N]``.
         flat: ``[N]`` row of each node in the padded ``[m * n_max, .]`` layout.
         n_max: largest client.
-        stacked, shared: the first-layer features for client-stacked (``[m * F, H]``) and
-            for shared (``[F, H]``) weights: embedding-bag ``(index, offsets, values,
-            :class:`FeatureTranspose`)``; ``None`` with dense features, kept in ``x_pad``.
+        stacked, shared: the features as :class:`~fglrepro.sparse.SparseRows` for
+            client-stacked weights (``[N, m * F]``: client i's features in columns
+            ``i*F .. i*F+F-1``, times ``[m * F, H]``) and for shared ones (``[N, F]``); ``None``
+            with dense features, kept in ``x_pad``.
         x_pad: ``[m, n_max, F]`` dense padded features (when not sparse).
         x: ``[N, F]`` the union's features.
     """
@@ -152,8 +99,8 @@ class ClientBatch:
     flat: Tensor
     n_max: int
     x: Tensor
-    stacked: tuple | None
-    shared: tuple | None
+    stacked: SparseRows | None
+    shared: SparseRows | None
     x_pad: Tensor | None
 
     @property
@@ -174,15 +121,9 @@ class ClientBatch:
         num_features = x.size(1)
         stacked = shared = x_pad = None
         if x.count_nonzero() < sparse_below * x.numel():
-            rows, cols = x.nonzero(as_tuple=True)
-            values = x[rows, cols]
-            per_row = torch.bincount(rows, minlength=x.size(0))
-            offsets = torch.cumsum(per_row, 0) - per_row
-            stacked_cols = cols + batch[rows] * num_features
-            n = x.size(0)
-            stacked_t = FeatureTranspose.of(rows, stacked_cols, values, m * num_features, n)
-            stacked = (stacked_cols, offsets, values, stacked_t)
-            shared = (cols, offsets, values, FeatureTranspose.of(rows, cols, values, num_features, n))
+            shared = SparseRows.of(x)
+            stacked_columns = shared.columns + batch[shared.rows] * num_features
+            stacked = SparseRows.entries(shared.rows, stacked_columns, shared.values, (x.size(0), m * num_features))
         else:
             x_pad = x.new_zeros(m * n_max, num_features).index_copy(0, flat, x).view(m, n_max, num_features)
         return cls(
@@ -308,8 +249,7 @@ class StackedGCN:
     def _first(self, weight: Tensor, batch: ClientBatch, shared: bool) -> Tensor:
         if batch.x_pad is not None:
             return batch.x @ weight if shared else batch.unpad(torch.bmm(batch.x_pad, weight))
-        index, offsets, values, transpose = batch.shared if shared else batch.stacked
-        return _SparseFeatures.apply(weight.reshape(-1, weight.size(-1)), index, offsets, values, transpose)
+        return sparse_matmul(batch.shared if shared else batch.stacked, weight.reshape(-1, weight.size(-1)))
 
     @staticmethod
     def _linear(h: Tensor, weight: Tensor, batch: ClientBatch, shared: bool) -> Tensor:
@@ -434,7 +374,7 @@ class VectorisedEngine:
     def client_updates(self, method: FederatedMethod, ks: list[int], round_: int) -> dict[int, Upload]:
         """:meth:`~fglrepro.fl.method.FederatedMethod.client_update` for all of ``ks`` at once:
         every ``receive``, ``train.local_epochs`` batched steps, every ``upload``."""
-        _check_batched_terms(method)
+        type(method).check_batched_terms()
         self.bind([s.model for s in method.states])
         method.batched_receive(ks, round_, self)
         everyone = len(ks) == len(self.clients)
@@ -530,18 +470,6 @@ class VectorisedEngine:
         return client_accuracy(pred, batch, batch.val_mask)
 
 
-def _check_batched_terms(method: FederatedMethod) -> None:
-    """A method whose local loss is more than the default must give its batched terms."""
-    from fglrepro.fl.method import FederatedMethod
-
-    cls = type(method)
-    custom = (cls.local_objective is not FederatedMethod.local_objective
-              or cls.extra_loss is not FederatedMethod.extra_loss)
-    if custom and cls.batched_extra_loss is FederatedMethod.batched_extra_loss:
-        raise TypeError(f"{cls.__name__} declares vectorised = True but changes its local loss without "
-                        "batched_extra_loss")
-
-
 def client_accuracy(pred: Tensor, batch: ClientBatch, mask: Tensor) -> Tensor:
     """``[m]`` accuracy of ``pred [N]`` on each client's ``mask`` nodes (0 without any), float64."""
     correct = batch.per_client_sum((pred[mask] == batch.y[mask]).double(), mask)
@@ -570,7 +498,7 @@ def client_macro_f1(pred: Tensor, batch: ClientBatch, mask: Tensor, num_classes:
 class BatchedEvaluator:
     """Tests one model per client in one batched pass when every model is a GCN of the
     engine's architecture and the clients are the federation's (else per client); ``dropout``
-    and ``all_classes`` as :class:`~fglrepro.fl.loop.EvaluateEach`."""
+    and ``all_classes`` as :class:`~fglrepro.fl.evaluation.EvaluateEach`."""
 
     def __init__(self, engine: VectorisedEngine, dropout: bool = False, all_classes: bool = False) -> None:
         self.engine = engine

@@ -13,7 +13,8 @@ from torch import nn
 from fglrepro.config import EvalConfig
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.method import FederatedMethod
-from fglrepro.fl.training import Diverged, evaluate
+from fglrepro.fl.evaluation import Evaluator, evaluate_each
+from fglrepro.fl.training import Diverged
 
 log = logging.getLogger(__name__)
 
@@ -49,25 +50,6 @@ class History:
     @property
     def final(self) -> dict:
         return self.rounds[-1]
-
-
-#: Tests a list of models, one per client, on their clients: per-client metric dicts.
-Evaluator = Callable[[list[nn.Module], list[ClientData]], list[dict[str, float]]]
-
-
-@dataclass(frozen=True)
-class EvaluateEach:
-    """The reference evaluator: :func:`~fglrepro.fl.training.evaluate` per client, with the
-    study's ``evaluation.dropout`` and ``evaluation.f1_classes``."""
-
-    dropout: bool = False
-    all_classes: bool = False
-
-    def __call__(self, models: list[nn.Module], clients: list[ClientData]) -> list[dict[str, float]]:
-        return [evaluate(m, c, self.dropout, self.all_classes) for m, c in zip(models, clients)]
-
-
-evaluate_each = EvaluateEach()
 
 
 def run_federation(

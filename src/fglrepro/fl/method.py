@@ -252,6 +252,16 @@ class FederatedMethod:
         the participants ``ks`` on the vectorised engine (none by default)."""
         return None
 
+    @classmethod
+    def check_batched_terms(cls) -> None:
+        """Refuse a vectorised method whose local loss is more than the default but which
+        gives no :meth:`batched_extra_loss` (the engine would silently train without it)."""
+        custom = (cls.local_objective is not FederatedMethod.local_objective
+                  or cls.extra_loss is not FederatedMethod.extra_loss)
+        if custom and cls.batched_extra_loss is FederatedMethod.batched_extra_loss:
+            raise TypeError(f"{cls.__name__} declares vectorised = True but changes its local loss without "
+                            "batched_extra_loss")
+
     def upload(self, k: int, round_: int, loss: float) -> Upload | None:
         """What client ``k`` sends after training: its model's parameters."""
         return Upload(params=parameters_of(self.states[k].model), weight=float(self.clients[k].num_nodes),

@@ -1,0 +1,195 @@
+"""The fast kernels of the model zoo (:func:`fglrepro.models.set_fast_kernels`): sparse
+first-layer products on bag-of-words features and cached propagation give the dense
+operations' outputs and gradients, and are not used when switched off."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import make_sbm
+from helpers import make_method
+
+from fglrepro import models, sparse
+from fglrepro.config import EvalConfig, ModelConfig, from_dict
+from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.loop import run_federation
+from fglrepro.models import (build_model, fast_kernels, feature_linear, propagated, share_sparsity,
+                             sparse_rows)
+
+#: Every architecture of the zoo, with and without readout where it has one.
+ZOO = [
+    {"arch": "gcn"}, {"arch": "gcn", "readout": True}, {"arch": "gcn", "layers": 3, "readout": True, "jk": "cat"},
+    {"arch": "mlp"}, {"arch": "mlp", "readout": True, "layers": 1},
+    {"arch": "sgc", "hops": 2}, {"arch": "sgc", "hops": 2, "readout": True}, {"arch": "sgc", "hops": 0},
+    {"arch": "ssgc", "hops": 3}, {"arch": "appnp", "hops": 3},
+    {"arch": "gat"}, {"arch": "gat", "readout": True}, {"arch": "sage"}, {"arch": "sage", "layers": 1},
+    {"arch": "gin"}, {"arch": "gin", "readout": True},
+]
+#: FedGKC's divergent zoo (client k gets architecture k mod 5).
+DIVERGENT = [{"arch": "gcn"}, {"arch": "gat"}, {"arch": "sage"}, {"arch": "gin"}, {"arch": "sgc", "hops": 2}]
+
+
+def bag_of_words(num_nodes: int = 40, num_words: int = 60, density: float = 0.05, seed: int = 0) -> torch.Tensor:
+    """Dense ``[n, F]`` 0/1 features with about ``density`` of the entries set (some rows empty)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.rand(num_nodes, num_words, generator=gen) < density).float()
+    x[:3] = 0.0
+    return x
+
+
+def random_operator(num_nodes: int = 40, seed: int = 0) -> torch.Tensor:
+    """Normalised adjacency of a random undirected graph (the last node isolated)."""
+    gen = torch.Generator().manual_seed(seed)
+    edges = torch.randint(0, num_nodes - 1, (2, 3 * num_nodes), generator=gen)
+    edges = torch.cat([edges, edges.flip(0)], dim=1)
+    return normalized_adjacency(edges[:, edges[0] != edges[1]].unique(dim=1), num_nodes)
+
+
+@pytest.fixture
+def sparse_products(monkeypatch) -> list[int]:
+    """Counts the sparse products (one entry per call)."""
+    calls, apply = [], sparse._SparseMatmul.apply
+
+    def counted(*args):
+        calls.append(1)
+        return apply(*args)
+
+    monkeypatch.setattr(sparse._SparseMatmul, "apply", counted)
+    return calls
+
+
+def forward_and_gradients(model: torch.nn.Module, x: torch.Tensor, adj: torch.Tensor, seed: int = 3):
+    """``(hidden, logits, parameter gradients)`` of one training-mode forward and backward
+    (dropout drawn from ``seed``)."""
+    model.zero_grad()
+    torch.manual_seed(seed)
+    hidden, logits = model(x, adj, return_hidden=True)
+    upstream = torch.randn(logits.shape, generator=torch.Generator().manual_seed(1))
+    (logits * upstream).sum().backward()
+    return hidden, logits, [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("spec", ZOO, ids=lambda s: "-".join(f"{v}" for v in s.values()))
+def test_every_architecture_gives_the_dense_outputs_and_gradients_with_sparse_products(spec, sparse_products):
+    x, adj = bag_of_words(), random_operator()
+    torch.manual_seed(0)
+    model = build_model(from_dict(ModelConfig, {"hidden": 16, **spec}, "model"), 60, 4).train()
+    hidden, logits, grads = forward_and_gradients(model, x, adj)
+    assert not sparse_products
+    with fast_kernels():
+        fast_hidden, fast_logits, fast_grads = forward_and_gradients(model, x, adj)
+        model.eval()
+        with torch.no_grad():
+            eval_logits = model(x, adj)
+        smoothed_again = model(x, adj, return_hidden=True)[0]
+    if spec["arch"] == "ssgc":  # dense smoothed features: computed once, multiplied densely
+        assert smoothed_again is fast_hidden and not sparse_products
+    else:
+        assert sparse_products  # the fast path ran
+    assert torch.allclose(fast_logits, logits, atol=1e-5) and torch.allclose(fast_hidden, hidden, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(fast_grads, grads))
+    assert torch.allclose(eval_logits, model(x, adj), atol=1e-5)
+
+
+def test_sgc_returning_its_propagated_features_computes_them(sparse_products):
+    x, adj = bag_of_words(), random_operator()
+    model = build_model(ModelConfig(arch="sgc", hops=2), 60, 4)
+    with fast_kernels():
+        hidden, logits = model(x, adj, return_hidden=True)
+    dense = adj.to_dense()
+    assert torch.allclose(hidden, dense @ dense @ x, atol=1e-6)
+    assert torch.allclose(logits, model.linear(hidden), atol=1e-5)
+
+
+def test_sparse_rows_are_built_once_per_unchanged_tensor_and_only_for_sparse_inputs_without_gradient():
+    x = bag_of_words()
+    assert sparse_rows(x) is None  # kernels off
+    with fast_kernels():
+        rows = sparse_rows(x)
+        assert rows is sparse_rows(x)
+        assert torch.equal(rows.transposed().matmul(torch.eye(x.size(0))), x.t())
+        assert sparse_rows(x.clone().requires_grad_()) is None
+        assert sparse_rows(torch.ones(4, 10)) is None
+        assert sparse_rows(torch.eye(20)) is not None  # 5 % non-zero
+        x[5, 7] = 2.0  # in place: a new version
+        changed = sparse_rows(x)
+        assert changed is not rows and torch.equal(changed.transposed().matmul(torch.eye(x.size(0))), x.t())
+        entries = len(models._MEMO._entries)
+        del x, rows, changed
+        gc.collect()
+        assert len(models._MEMO._entries) == entries - 1
+
+
+def test_an_input_requiring_gradient_takes_the_dense_product_and_gets_its_gradient(sparse_products):
+    x = bag_of_words().requires_grad_()
+    weight = torch.randn(8, 60, requires_grad=True)
+    with fast_kernels():
+        feature_linear(x, weight).square().sum().backward()
+    assert not sparse_products
+    assert torch.allclose(x.grad, 2 * (x @ weight.t()) @ weight)
+
+
+def test_a_masked_copy_reads_its_sparse_form_off_its_source(sparse_products):
+    x = bag_of_words()
+    keep = (torch.rand(60, generator=torch.Generator().manual_seed(2)) >= 0.5).float()
+    weight = torch.randn(8, 60, requires_grad=True)
+    with fast_kernels():
+        masked = share_sparsity(x * keep, x)
+        rows = sparse_rows(masked)
+        assert rows.columns is sparse_rows(x).columns  # the source's pattern, not a new scan
+        out = feature_linear(masked, weight)
+        out.square().sum().backward()
+    assert sparse_products
+    expected = F.linear(x * keep, weight.detach())
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert torch.allclose(weight.grad, 2 * expected.t() @ (x * keep), atol=1e-5)
+
+
+def test_propagation_is_cached_per_unchanged_input_pair_only_with_the_kernels_on():
+    x, adj = bag_of_words(), random_operator()
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return adj @ x
+
+    propagated(("test",), x, adj, compute)
+    propagated(("test",), x, adj, compute)
+    assert len(calls) == 2
+    with fast_kernels():
+        first = propagated(("test",), x, adj, compute)
+        assert propagated(("test",), x, adj, compute) is first and len(calls) == 3
+        x.mul_(2.0)
+        assert torch.allclose(propagated(("test",), x, adj, compute), 2 * first) and len(calls) == 4
+        propagated(("test",), x.requires_grad_(), adj, compute)
+        assert len(calls) == 5
+
+
+def test_fast_kernels_is_scoped():
+    with fast_kernels():
+        with fast_kernels(False):
+            assert not models._fast_kernels
+        assert models._fast_kernels
+    assert not models._fast_kernels
+
+
+def test_a_round_of_fedgkc_on_the_divergent_zoo_trains_the_same_with_sparse_products(sparse_products):
+    data = make_sbm(num_features=80)
+    data.x = (torch.rand(data.x.shape, generator=torch.Generator().manual_seed(0)) < 0.04).float()
+    data.x[torch.arange(data.num_nodes), data.y * 7] = 1.0  # a word of each node's class
+    zoo = ModelConfig(hidden=16, readout=True, clients=DIVERGENT)
+
+    def one_round(fast: bool) -> list[torch.Tensor]:
+        method = make_method(data, "fedgkc", num_clients=5, model=zoo, rounds=1)
+        with fast_kernels(fast):
+            run_federation(method, 1, EvalConfig(model="local"))
+        return [p.detach().clone() for state in method.states for p in state.model.parameters()]
+
+    dense = one_round(False)
+    assert not sparse_products
+    fast = one_round(True)
+    assert sparse_products
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(fast, dense))  # parameters ~0.1
