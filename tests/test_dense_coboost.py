@@ -9,7 +9,7 @@ import torch
 from helpers import all_clients, make_method, received_models
 
 from fglrepro.config import ConfigError, EvalConfig, from_dict
-from fglrepro.fl.generator import knn_pseudo_graph
+from fglrepro.fl.generator import Teachers, knn_pseudo_graph
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.methods.coboost import project_to_simplex
@@ -57,7 +57,7 @@ def test_dense_ensemble_is_the_mean_of_the_teachers_logits(sbm):
     x = torch.randn(20, sbm.num_features)
     adj = knn_pseudo_graph(x, 3)
     expected = torch.stack([t(x, adj) for t in teachers]).mean(0)
-    assert torch.allclose(method.ensemble(teachers, x, adj), expected, atol=1e-6)
+    assert torch.allclose(method.ensemble(Teachers(teachers), x, adj), expected, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["dense", "coboost"])
@@ -66,7 +66,7 @@ def test_distillation_moves_the_student_towards_the_ensemble(sbm, name):
     uploads, teachers = trained_teachers(method)
     nodes = torch.randn(40, sbm.num_features, generator=torch.Generator().manual_seed(1))
     adj = knn_pseudo_graph(nodes, 5)
-    target = method.ensemble(teachers, nodes, adj).detach()
+    target = method.ensemble(Teachers(teachers), nodes, adj).detach()
     fresh = copy.deepcopy(method.federation.model)  # the student before distillation
     before = kl_divergence(target, fresh(nodes, adj))
     method.server_update(1, uploads)
@@ -117,13 +117,14 @@ def test_coboost_raises_the_weight_of_the_teacher_that_predicts_the_requested_la
     right = Fixed(torch.nn.functional.one_hot(labels, method.num_classes).float() * 5)
     wrong = Fixed(torch.nn.functional.one_hot((labels + 1) % method.num_classes, method.num_classes).float() * 5)
     x = torch.randn(labels.numel(), sbm.num_features)
-    method.update_weights([right, wrong], x, knn_pseudo_graph(x, 3))
+    method.update_weights(Teachers([right, wrong]), x, knn_pseudo_graph(x, 3))
     assert torch.allclose(method.weights, torch.tensor([0.6, 0.4]))
 
 
 def test_coboost_hard_samples_increase_the_disagreement(sbm):
     method = make_method(sbm, "coboost", {"hard_eps": 0.05}, rounds=1)
-    _, teachers = trained_teachers(method)
+    _, models = trained_teachers(method)
+    teachers = Teachers(models)
     student = method.federation.model
     x = torch.randn(30, sbm.num_features, generator=torch.Generator().manual_seed(2))
     adj = knn_pseudo_graph(x, 3)

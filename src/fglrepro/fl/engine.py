@@ -127,7 +127,7 @@ class ClientBatch:
         else:
             x_pad = x.new_zeros(m * n_max, num_features).index_copy(0, flat, x).view(m, n_max, num_features)
         return cls(
-            clients=list(positions), sizes=sizes, batch=batch, adj=_block_diagonal([c.adj for c in clients]),
+            clients=list(positions), sizes=sizes, batch=batch, adj=block_diagonal([c.adj for c in clients]),
             y=torch.cat([c.y for c in clients]), train_mask=torch.cat([c.train_mask for c in clients]),
             val_mask=torch.cat([c.val_mask for c in clients]), test_mask=torch.cat([c.test_mask for c in clients]),
             flat=flat, n_max=n_max, x=x, stacked=stacked, shared=shared, x_pad=x_pad,
@@ -154,7 +154,7 @@ def is_symmetric(adj: Tensor) -> bool:
     return torch.equal(adj.col_indices(), transposed.col_indices()) and torch.equal(adj.values(), transposed.values())
 
 
-def _block_diagonal(blocks: list[Tensor]) -> Tensor:
+def block_diagonal(blocks: list[Tensor]) -> Tensor:
     """Block-diagonal sparse CSR of square sparse CSR ``blocks``."""
     crows, cols, values, node_offset, nnz_offset = [blocks[0].crow_indices()[:1]], [], [], 0, 0
     for block in blocks:

@@ -6,6 +6,11 @@ similarity, top-(k+1) per row (the node itself and its k most similar nodes), Re
 ``(S + S^T) / 2``, ``D^-1/2 S D^-1/2``. Applied to the features it is the kNN graph of the
 Local-GNNk / Fed-GNNk baselines; applied to the attentive encoder's output it is FedGLS's
 learned graph, which therefore starts as that kNN graph (the encoder's weights start at 1).
+
+With ``sparse`` the graph learner reads sparse (bag-of-words) features through their non-zero
+entries only: the attentive encoder keeps zeros at zero, so the cosine similarity of two nodes
+needs only their non-zero features (an embedding bag, ``O(nnz · n)`` instead of ``O(n² F)``),
+equal up to float rounding (FedGLS's fast path).
 """
 
 from __future__ import annotations
@@ -20,10 +25,29 @@ def knn_similarity(embeddings: Tensor, k: int) -> Tensor:
     j is among the ``k + 1`` most similar rows to i (the node itself included), else 0;
     ``embeddings [n, d]``. Differentiable with respect to the kept similarities."""
     unit = F.normalize(embeddings, dim=1)
-    similarity = unit @ unit.t()
+    return knn_sparsify(unit @ unit.t(), k)
+
+
+def knn_sparsify(similarity: Tensor, k: int) -> Tensor:
+    """The kept entries of a similarity ``[n, n]``: ReLU of the ``k + 1`` largest of each
+    row, zeros elsewhere (eqs. 16-17 before symmetrisation)."""
     keep = similarity.topk(min(k + 1, similarity.size(1)), dim=1).indices
     mask = torch.zeros_like(similarity, dtype=torch.bool).scatter_(1, keep, True)
     return F.relu(similarity * mask)
+
+
+def sparse_cosine_similarity(rows: Tensor, columns: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    """``[n, n]`` cosine similarity of the rows of the sparse ``[n, F]`` matrix with the
+    non-zero entries ``(rows, columns, values)`` (``rows`` sorted), differentiable in
+    ``values``: :func:`torch.nn.functional.normalize` row by row, then one embedding bag per
+    row over its non-zero columns. A row without non-zeros has similarity 0 with every row."""
+    n, num_features = shape
+    norms = values.new_zeros(n).index_add(0, rows, values * values).clamp_min(1e-24).sqrt()
+    unit = values / norms[rows]
+    transposed = values.new_zeros(num_features, n).index_put((columns, rows), unit)
+    per_row = torch.bincount(rows, minlength=n)
+    offsets = torch.cumsum(per_row, 0) - per_row
+    return F.embedding_bag(columns, transposed, offsets, mode="sum", per_sample_weights=unit)
 
 
 def symmetric_normalized(adj: Tensor) -> Tensor:
@@ -54,18 +78,36 @@ class AttentiveEncoder(nn.Module):
             x = F.relu(x * weight)
         return x
 
+    def forward_nonzeros(self, values: Tensor, columns: Tensor) -> Tensor:
+        """The encoder on the non-zero entries ``values [nnz]`` in feature ``columns [nnz]``
+        of a sparse input (its zeros stay zero)."""
+        for weight in self.weights:
+            values = F.relu(values * weight[columns])
+        return values
+
 
 class GraphLearner(nn.Module):
     """FedGLS's graph learner ``S = Ω(Φ(Enc(X; ω)))`` (eq. 5, 13): the attentive encoder, cosine
-    similarity and the kNN processor of :func:`cosine_knn_adjacency`. ``x [n, F]`` -> ``[n, n]``."""
+    similarity and the kNN processor of :func:`cosine_knn_adjacency`. ``x [n, F]`` -> ``[n, n]``.
 
-    def __init__(self, num_features: int, k: int, layers: int = 2) -> None:
+    Args:
+        num_features: F. k: neighbours per node. layers: of the attentive encoder.
+        sparse: compute the similarity from the non-zero features only
+            (:func:`sparse_cosine_similarity`; for sparse ``x``, see the module docstring).
+    """
+
+    def __init__(self, num_features: int, k: int, layers: int = 2, sparse: bool = False) -> None:
         super().__init__()
-        self.k = k
+        self.k, self.sparse = k, sparse
         self.encoder = AttentiveEncoder(num_features, layers)
 
     def forward(self, x: Tensor) -> Tensor:
-        return cosine_knn_adjacency(self.encoder(x), self.k)
+        if not self.sparse:
+            return cosine_knn_adjacency(self.encoder(x), self.k)
+        rows, columns = x.nonzero(as_tuple=True)
+        values = self.encoder.forward_nonzeros(x[rows, columns], columns)
+        similarity = sparse_cosine_similarity(rows, columns, values, tuple(x.shape))
+        return symmetric_normalized(knn_sparsify(similarity, self.k))
 
 
 def graphless_contrastive_loss(z: Tensor, h: Tensor, temperature: float) -> Tensor:

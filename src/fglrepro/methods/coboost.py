@@ -10,6 +10,8 @@ Each epoch, after DENSE's generator steps:
   the weighted ensemble on the hard samples, then projection onto the simplex
   (non-negative, summing to 1);
 - the students are distilled on the generated and the hard nodes together.
+
+The fast path is DENSE's (stacked teachers, fused optimisers).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
-from fglrepro.fl.generator import knn_pseudo_graph
+from fglrepro.fl.generator import Teachers, knn_pseudo_graph
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Federation
 from fglrepro.methods import register
@@ -69,14 +71,14 @@ class CoBoost(DENSE):
             self.weights = super().ensemble_weights(num_teachers)
         return self.weights
 
-    def distillation_batch(self, students: list[nn.Module], teachers: list[nn.Module], x: Tensor, adj: Tensor
+    def distillation_batch(self, students: list[nn.Module], teachers: Teachers, x: Tensor, adj: Tensor
                            ) -> tuple[Tensor, Tensor]:
         hard = self.hard_samples(students, teachers, x, adj)
         self.update_weights(teachers, hard, knn_pseudo_graph(hard, self.hparams.knn))
         both = torch.cat([x, hard])
         return both, knn_pseudo_graph(both, self.hparams.knn)
 
-    def hard_samples(self, students: list[nn.Module], teachers: list[nn.Module], x: Tensor, adj: Tensor) -> Tensor:
+    def hard_samples(self, students: list[nn.Module], teachers: Teachers, x: Tensor, adj: Tensor) -> Tensor:
         """``[B, F]``: ``x + eps·std(x)·sign(∇_x KL(ensemble ‖ mean student))`` on the fixed graph ``adj``."""
         x = x.detach().requires_grad_(True)
         with torch.enable_grad():
@@ -85,11 +87,11 @@ class CoBoost(DENSE):
             (grad,) = torch.autograd.grad(kl_divergence(ens, student), x)
         return (x + self.hparams.hard_eps * x.std() * grad.sign()).detach()
 
-    def update_weights(self, teachers: list[nn.Module], x: Tensor, adj: Tensor) -> None:
+    def update_weights(self, teachers: Teachers, x: Tensor, adj: Tensor) -> None:
         """One signed gradient step on the weighted ensemble's cross-entropy to the requested labels."""
         labels = self.pseudo_labels
         with torch.no_grad():
-            logits = torch.stack([t(x, adj) for t in teachers])
+            logits = teachers(x, adj)
         weights = self.ensemble_weights(len(teachers)).clone().requires_grad_(True)
         with torch.enable_grad():
             loss = F.cross_entropy(torch.einsum("k,kbc->bc", weights, logits), labels)

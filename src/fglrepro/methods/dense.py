@@ -10,6 +10,11 @@ receive the student (the "+ft" rows wrap this method in ``finetune``).
 
 Departures from the image-classification original, forced by graphs or chosen for CPU
 cost, are named in :class:`DENSEHparams`.
+
+Fast path (``train.engine`` not ``sequential``): the teachers run as one stacked pass
+(:class:`~fglrepro.fl.generator.Teachers`) and the generator's and students' optimisers are
+torch's fused ones. The epochs, and the generator and student steps inside them, stay a
+sequence: each step starts from the generator and students the previous one left.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.generator import (
+    Teachers,
     balanced_labels,
     distill_students,
     diversity_loss,
     knn_pseudo_graph,
     seeded_generator,
+    uploaded_teachers,
 )
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
@@ -114,8 +121,13 @@ class DENSE(FederatedMethod):
         #: the models distilled in the last server step (what clients receive)
         self.students: list[nn.Module] = []
 
+    @property
+    def fast(self) -> bool:
+        """Whether the fast path runs (``train.engine`` is not ``sequential``)."""
+        return self.federation.train.engine != "sequential"
+
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
-        teachers = [self.teacher_model(k, u).eval().requires_grad_(False) for k, u in uploads.items()]
+        teachers = uploaded_teachers(self, uploads, training=False, batched=self.fast)
         if self.hparams.student == "global":
             self.students = [copy.deepcopy(self.federation.model)]
             for state in self.states:
@@ -134,26 +146,26 @@ class DENSE(FederatedMethod):
         """``[K]`` weights of the teachers' logits in the ensemble (DENSE: the mean)."""
         return torch.full((num_teachers,), 1.0 / num_teachers, device=self.device)
 
-    def ensemble(self, teachers: list[nn.Module], x: Tensor, adj: Tensor) -> Tensor:
+    def ensemble(self, teachers: Teachers, x: Tensor, adj: Tensor) -> Tensor:
         """``[B, C]`` weighted sum of the teachers' logits on the graph ``(x [B, F], adj)``."""
-        logits = torch.stack([t(x, adj) for t in teachers])
-        return torch.einsum("k,kbc->bc", self.ensemble_weights(len(teachers)), logits)
+        return torch.einsum("k,kbc->bc", self.ensemble_weights(len(teachers)), teachers(x, adj))
 
-    def distillation_batch(self, students: list[nn.Module], teachers: list[nn.Module], x: Tensor, adj: Tensor
+    def distillation_batch(self, students: list[nn.Module], teachers: Teachers, x: Tensor, adj: Tensor
                            ) -> tuple[Tensor, Tensor]:
         """The nodes ``[B', F]`` and graph the students are distilled on this epoch, from the
         epoch's generated nodes ``x [B, F]`` and their kNN graph (DENSE: those)."""
         return x, adj
 
-    def distill(self, students: list[nn.Module], teachers: list[nn.Module]) -> None:
+    def distill(self, students: list[nn.Module], teachers: Teachers) -> None:
         """``distill_epochs`` of generator steps then student steps, in place. One generator
         serves all students: its adversarial term is their mean."""
         hp = self.hparams
         generator = seeded_generator(
             self.num_classes, self.clients[0].x.size(1), hp.noise_dim, self.rng, self.device
         )
-        gen_opt = torch.optim.Adam(generator.parameters(), lr=hp.lr_generator)
-        student_opts = [torch.optim.SGD(s.parameters(), lr=hp.lr_student, momentum=hp.momentum)
+        fused = self.fast or None
+        gen_opt = torch.optim.Adam(generator.parameters(), lr=hp.lr_generator, fused=fused)
+        student_opts = [torch.optim.SGD(s.parameters(), lr=hp.lr_student, momentum=hp.momentum, fused=fused)
                         for s in students]
         labels = self.pseudo_labels
 

@@ -10,6 +10,12 @@ FedTAD wraps its base method, so it plugs in after any method that exposes
 ``server_models()`` (Table 3: GCFL+, Fed-PUB, FedSage+, FedGTA), without changes to the
 round loop. Defaults are the authors' code (zyl24/FedTAD, ``train_fedtad.py``); where the
 code and the paper differ both are selectable (``divergence``, ``diversity``).
+
+Fast path (``train.engine`` not ``sequential``): the teachers run as one stacked pass
+(:class:`~fglrepro.fl.generator.Teachers`), the diversity loss visits each pair of pseudo
+nodes once, and the server model's Adam is torch's fused one; see :mod:`fglrepro.fl.generator`.
+The I epochs, and the generator and student steps inside them, stay a sequence: each step
+starts from the generator and student the previous one left, so they cannot be batched.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from fglrepro.config import ConfigError, choice
 from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.fl.generator import (
     DIVERSITY_LOSSES,
+    Teachers,
     balanced_labels,
     distill_students,
     diversity_loss,
     knn_pseudo_graph,
     seeded_generator,
+    uploaded_teachers,
 )
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Capabilities, FederatedMethod, Federation, Upload
@@ -174,7 +182,8 @@ class FedTAD(MethodWrapper):
                 num_classes, federation.clients[0].x.size(1), hparams.noise_dim, self.rng, device
             )
             self.generator_optimizer = torch.optim.Adam(
-                self.generator.parameters(), lr=hparams.lr_generator, weight_decay=hparams.weight_decay
+                self.generator.parameters(), lr=hparams.lr_generator, weight_decay=hparams.weight_decay,
+                fused=self.fast or None,
             )
             self.pseudo_labels = balanced_labels(hparams.num_pseudo_nodes, num_classes, device)
         else:
@@ -240,24 +249,28 @@ class FedTAD(MethodWrapper):
         self.base.server_update(round_, base_uploads)
         if self.hparams.distill_epochs == 0 or not base_uploads:
             return
-        dropout = self.hparams.fidelity == "code"
-        teachers = [self.base.teacher_model(k, u).train(dropout) for k, u in base_uploads.items()]
-        for teacher in teachers:
-            teacher.requires_grad_(False)
+        teachers = uploaded_teachers(self.base, base_uploads, self.hparams.fidelity == "code", self.fast)
         reliability = torch.stack([self.server_reliability[k] for k in base_uploads])
         weights = per_node_weights(reliability, self.pseudo_labels)
         for model in self.base.server_models():
             self._distill(model, teachers, weights)
 
+    @property
+    def fast(self) -> bool:
+        """Whether the fast path runs (``train.engine`` is not ``sequential``)."""
+        return self.federation.train.engine != "sequential"
+
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        """The server model's distillation Adam, kept across rounds as in the authors' code."""
+        """The server model's distillation Adam, kept across rounds as in the authors' code
+        (torch's fused implementation on the fast path)."""
         if model not in self.distill_optimizers:
             self.distill_optimizers[model] = torch.optim.Adam(
-                model.parameters(), lr=self.hparams.lr_distill, weight_decay=self.hparams.weight_decay
+                model.parameters(), lr=self.hparams.lr_distill, weight_decay=self.hparams.weight_decay,
+                fused=self.fast or None,
             )
         return self.distill_optimizers[model]
 
-    def _distill(self, student: nn.Module, teachers: list[nn.Module], weights: Tensor) -> None:
+    def _distill(self, student: nn.Module, teachers: Teachers, weights: Tensor) -> None:
         """I epochs of I_g generator steps (maximise eq. 11) then I_d student steps (minimise it)."""
         hp = self.hparams
         labels = self.pseudo_labels
@@ -274,27 +287,26 @@ class FedTAD(MethodWrapper):
 
         distill_students(
             [student], [self._optimizer(student)], hp.distill_epochs, hp.distill_steps, draw_batch,
-            targets=lambda x, adj: torch.stack([t(x, adj) for t in teachers]),
+            targets=teachers,
             student_loss=lambda logits, target: (weights * divergence(hp.divergence, logits, target)).sum(),
         )
 
-    def _generator_step(self, z: Tensor, student: nn.Module, teachers: list[nn.Module], weights: Tensor) -> None:
+    def _generator_step(self, z: Tensor, student: nn.Module, teachers: Teachers, weights: Tensor) -> None:
         """One generator update: minimise λ1 L_sem + λ2 L_div - w L_diverg (eq. 8-11)."""
         hp = self.hparams
         labels = self.pseudo_labels
         self.generator.train()
-        student.train(self.hparams.fidelity == "code")
+        student.train(self.hparams.fidelity == "code").requires_grad_(False)
         self.generator_optimizer.zero_grad(set_to_none=True)
         x = self.generator(z, labels)
         adj = knn_pseudo_graph(x.detach(), hp.knn)
-        teacher_logits = torch.stack([t(x, adj) for t in teachers])
+        teacher_logits = teachers(x, adj)
         ce = F.cross_entropy(
             teacher_logits.flatten(0, 1), labels.repeat(len(teachers)), reduction="none"
         ).view(len(teachers), -1)
         loss_sem = (weights * ce).sum()
         loss_diverg = (weights * divergence(hp.divergence, student(x, adj), teacher_logits.detach())).sum()
-        loss_div = diversity_loss(hp.diversity, z, x)
+        loss_div = diversity_loss(hp.diversity, z, x, self.fast)
         loss = hp.lambda_sem * loss_sem + hp.lambda_div * loss_div - hp.weight_diverg * loss_diverg
         loss.backward()
         self.generator_optimizer.step()
-        student.zero_grad(set_to_none=True)
