@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/method_costs.py [--repeats 3] [--datasets Cora CiteSeer]
         [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--before-src /path/to/old/src]
-        [--out benchmarks/METHOD_COSTS]
+        [--merge earlier.csv ...] [--out benchmarks/METHOD_COSTS]
 
 The jobs are the workflow's own: the script builds the studies' data and seed-0 partitions with
 Snakemake (``targets=partitions``), reads every training command from ``snakemake -n -p`` and
@@ -14,7 +14,8 @@ commit, put first on ``PYTHONPATH``). Reported per method and cell: medians over
 the process's CPU seconds (user + system: robust to other load; wall seconds too), FedAvg's, and
 their ratio, before and after. Writes ``<out>.csv`` (columns ``method, study, run, dataset,
 clients, seconds, fedavg_seconds, ratio, wall_seconds``, and ``before_*`` with ``--before-src``)
-and ``<out>.md``.
+and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier output (e.g. the old code
+measured alone with ``--src old/src``), joined on study, run, dataset and clients.
 """
 
 from __future__ import annotations
@@ -87,13 +88,16 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
     parser.add_argument("--studies", nargs="+", default=list(STUDIES), choices=STUDIES)
     parser.add_argument("--runs", nargs="+", help="only these runs (table rows; grid points match by prefix)")
+    parser.add_argument("--src", type=Path, default=REPO / "src", help="source tree measured")
     parser.add_argument("--before-src", type=Path, help="source tree of the code to compare with")
+    parser.add_argument("--merge", type=Path, nargs="+", default=[],
+                        help="earlier outputs whose seconds, fedavg_seconds, ratio become before_*")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "METHOD_COSTS"))
     args = parser.parse_args()
     jobs = training_jobs(sorted(set(args.studies) | {FEDAVG[s][0] for s in args.studies}), args.datasets)
     selected = [key for key in jobs if key[0] in args.studies and key[3] == CLIENTS.get(key[0], 10)
                 and (not args.runs or key[1].split("@")[0] in args.runs)]
-    trees = {"": REPO / "src", **({"before_": args.before_src} if args.before_src else {})}
+    trees = {"": args.src, **({"before_": args.before_src} if args.before_src else {})}
     samples: dict[tuple, list[tuple[float, float]]] = {}
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()[0]
@@ -121,6 +125,10 @@ def main() -> None:
                         f"{prefix}wall_seconds": round(statistics.median(wall for _, wall in own), 2)})
         rows.append(row)
     table = pd.DataFrame(rows)
+    keys = ["study", "run", "dataset", "clients"]
+    for earlier in args.merge:
+        old = pd.read_csv(earlier)[keys + ["seconds", "fedavg_seconds", "ratio", "wall_seconds"]]
+        table = table.merge(old.rename(columns=lambda c: c if c in keys else f"before_{c}"), on=keys, how="left")
     table.to_csv(f"{args.out}.csv", index=False)
     header = [
         "# Cost of each method's run relative to FedAvg on the same cell", "",
@@ -128,7 +136,8 @@ def main() -> None:
         f"Machine: {machine()}; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after.",
         "`seconds`: CPU seconds (user + system) of the whole `fgl-train` process, one thread; `fedavg_seconds`: "
         "the FedAvg job of the same cell measured right next to it; `ratio` = seconds / fedavg_seconds."
-        + (f" `before_*`: the same on the source tree `{args.before_src}`." if args.before_src else ""), "",
+        + (f" `before_*`: the same on the source tree `{args.before_src}`." if args.before_src else "")
+        + (f" `before_*` from {', '.join(map(str, args.merge))}." if args.merge else ""), "",
     ]
     Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n")
     print(table.to_markdown(index=False))
