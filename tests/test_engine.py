@@ -162,11 +162,11 @@ def test_bernoulli_mask_keeps_the_requested_share():
 
 
 def test_vectorised_engine_is_refused_where_it_cannot_run():
-    fedpub = resolve_method("fedpub", None)
-    assert vectorised_obstacle(fedpub.capabilities, ModelConfig()) is not None
+    fedstar = resolve_method("fedstar", None)
+    assert vectorised_obstacle(fedstar.capabilities, ModelConfig()) is not None
     assert vectorised_obstacle(resolve_method("fedavg", None).capabilities, ModelConfig(arch="sgc")) is not None
     setup = RunSetup(TrainConfig(engine="vectorised"), ModelConfig(), EvalConfig())
-    assert any("vectorised" in problem for problem in check_method(fedpub, setup))
+    assert any("vectorised" in problem for problem in check_method(fedstar, setup))
     assert not check_method(resolve_method("fedavg", None), setup)
     with pytest.raises(ConfigError, match="train.engine"):
         TrainConfig(engine="fast")

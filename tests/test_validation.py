@@ -189,7 +189,7 @@ def test_run_blocks_are_checked_and_merged_with_the_study_blocks():
     ({"method": "scaffold"}, {"local_epochs": 0}, "scaffold needs train.local_epochs >= 1"),
     ({"method": "fedsage_plus", "hparams": {"generator_rounds": 3}}, {}, "generator_rounds=3 leaves no classifier"),
     ({"method": "local"}, {}, "method 'local' has no global model to evaluate; set evaluation.model to 'local'"),
-    ({"method": "fedpub"}, {"engine": "vectorised"}, "train.engine = 'vectorised' is not possible"),
+    ({"method": "fedstar"}, {"engine": "vectorised"}, "train.engine = 'vectorised' is not possible"),
     ({"method": "fedtad", "hparams": {"base": "local"}}, {}, "no server-side model for FedTAD"),
 ])
 def test_protocol_limits_of_methods(run, train, expected):

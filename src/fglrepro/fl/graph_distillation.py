@@ -10,6 +10,7 @@ binary-concrete samples of ``P[A_uv = 1] = sigmoid(<x_u, x_v> - gamma)`` (eq. 5-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,9 @@ from torch import Tensor, nn
 
 from fglrepro.fl.generator import balanced_labels
 from fglrepro.fl.surrogate_graph import dense_normalized_adjacency
+
+if TYPE_CHECKING:
+    from fglrepro.fl.engine import StackedGCN
 
 
 @dataclass(frozen=True)
@@ -59,14 +63,39 @@ def sample_edges(x: Tensor, gamma: float, tau_g: float, generator: torch.Generat
         x: ``[n, D]`` node features (differentiable).
     """
     n = x.size(0)
-    rows, cols = torch.triu_indices(n, n, offset=1, device=x.device)
-    logits = (x @ x.T)[rows, cols] - gamma
-    noise = gumbel_noise((2, rows.numel()), generator).to(x.device, x.dtype)
-    soft = torch.sigmoid((logits + noise[0] - noise[1]) / tau_g)
+    noise = gumbel_noise((2, n * (n - 1) // 2), generator).to(x.device, x.dtype)
+    return straight_through_edges(x @ x.T, noise, gamma, tau_g)
+
+
+def straight_through_edges(inner: Tensor, noise: Tensor, gamma: float, tau_g: float) -> Tensor:
+    """:func:`sample_edges` from the inner products ``inner [..., n, n]`` of the node features
+    (``X X^T``, differentiable) and the Gumbel ``noise [..., 2, n(n-1)/2]`` (row 0 omega, row 1
+    omega', pairs in :func:`torch.triu_indices` order), for one graph or a batch of graphs;
+    ``[..., n, n]``."""
+    n = inner.size(-1)
+    rows, cols = torch.triu_indices(n, n, offset=1, device=inner.device)
+    logits = inner[..., rows, cols] - gamma
+    soft = torch.sigmoid((logits + noise[..., 0, :] - noise[..., 1, :]) / tau_g)
     hard = (soft > 0.5).to(soft.dtype)
     upper = hard + (soft - soft.detach())  # exactly 0/1 forward, the gradient of soft backward
-    adj = x.new_zeros(n, n).index_put((rows, cols), upper)
-    return adj + adj.T
+    adj = inner.new_zeros(inner.shape)
+    adj[..., rows, cols] = upper
+    return adj + adj.transpose(-1, -2)
+
+
+class _Gram(torch.autograd.Function):
+    """``X X^T`` for ``X [m, n, D]``, its gradient ``(G + G^T) X`` as one batched product
+    (autograd's two products, one per factor, cost twice as much)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return torch.bmm(x, x.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return torch.bmm(grad + grad.transpose(1, 2), x)
 
 
 def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
@@ -75,11 +104,11 @@ def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 def project_to_simplex_rows(y: Tensor) -> None:
-    """Keep every row of ``y`` a distribution: negative entries to 0, rows rescaled to sum 1
-    (a row that became all zero is set uniform); in place."""
+    """Keep every row of ``y [..., n, C]`` a distribution: negative entries to 0, rows rescaled
+    to sum 1 (a row that became all zero is set uniform); in place."""
     y.clamp_(min=0.0)
-    sums = y.sum(dim=1, keepdim=True)
-    y.copy_(torch.where(sums > 0, y / sums.clamp(min=1e-12), torch.full_like(y, 1.0 / y.size(1))))
+    sums = y.sum(dim=-1, keepdim=True)
+    y.copy_(torch.where(sums > 0, y / sums.clamp(min=1e-12), torch.full_like(y, 1.0 / y.size(-1))))
 
 
 def adam_update(param: Tensor, grad: Tensor, state: dict[str, Tensor], step: int, lr: float,
@@ -96,7 +125,8 @@ def adam_update(param: Tensor, grad: Tensor, state: dict[str, Tensor], step: int
 
 @dataclass
 class DistilledGraph:
-    """A client's distilled graph after E_d steps.
+    """A client's distilled graph after E_d steps (with a leading client dimension ``[m, ...]``
+    when several clients distilled together, :func:`distill_graphs`).
 
     Attributes:
         x: ``[mC, D]`` features X_s. labels: ``[mC, C]`` soft labels y_s. adj: ``[mC, mC]``
@@ -108,6 +138,22 @@ class DistilledGraph:
     labels: Tensor
     adj: Tensor
     hidden: Tensor
+
+
+@dataclass
+class _Problem:
+    """What differs between one client's distillation and a batch of them.
+
+    Attributes:
+        forward: ``(X_s, P) -> (H_s, logits)``, the fixed model on the distilled graph (raw
+            0/1 adjacency P). loss: ``(logits, y_s) -> `` the loss to differentiate.
+        gram: ``X_s -> X_s X_s^T``. noise: ``() ->`` the next edge sample's Gumbel noise.
+    """
+
+    forward: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+    loss: Callable[[Tensor, Tensor], Tensor]
+    gram: Callable[[Tensor], Tensor]
+    noise: Callable[[], Tensor]
 
 
 def distill_graph(model: nn.Module, x0: Tensor, y0: Tensor, num_classes: int, settings: DistillSettings,
@@ -125,23 +171,84 @@ def distill_graph(model: nn.Module, x0: Tensor, y0: Tensor, num_classes: int, se
     flags = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(False)
-    x = x0.clone().requires_grad_(True)
-    labels = F.one_hot(y0, num_classes).to(x0.dtype).requires_grad_(True)
-    states = [{"m": torch.zeros_like(t), "v": torch.zeros_like(t)} for t in (x, labels)]
+    num_pairs = x0.size(0) * (x0.size(0) - 1) // 2
     try:
-        for step in range(1, settings.steps + 1):
-            adj = sample_edges(x, settings.gamma, settings.tau_g, generator)
-            loss = soft_cross_entropy(model(x, dense_normalized_adjacency(adj)), labels)
-            grads = torch.autograd.grad(loss, [x, labels])
-            with torch.no_grad():
-                for tensor, grad, state in zip((x, labels), grads, states):
-                    adam_update(tensor, grad, state, step, settings.lr)
-                project_to_simplex_rows(labels)
-        with torch.no_grad():
-            adj = sample_edges(x, settings.gamma, settings.tau_g, generator)
-            hidden, _ = model(x, dense_normalized_adjacency(adj), return_hidden=True)
+        problem = _Problem(
+            forward=lambda x, adj: model(x, dense_normalized_adjacency(adj), return_hidden=True),
+            loss=soft_cross_entropy, gram=lambda x: x @ x.T,
+            noise=lambda: gumbel_noise((2, num_pairs), generator).to(x0.device, x0.dtype),
+        )
+        return _distill(problem, x0, F.one_hot(y0, num_classes).to(x0.dtype), settings)
     finally:
         for p, flag in zip(params, flags):
             p.requires_grad_(flag)
         model.train(was_training)
+
+
+def distill_graphs(model: StackedGCN, params: list[Tensor], x0: Tensor, y0: Tensor, num_classes: int,
+                   settings: DistillSettings, generator: torch.Generator) -> DistilledGraph:
+    """:func:`distill_graph` for m clients' GCNs at once: their problems share ``x0 [mC, D]``
+    and ``y0``, so X_s ``[m, mC, D]`` and y_s ``[m, mC, C]`` are optimised together (batched
+    products, one backward pass of the sum of the clients' losses, each client's gradient its
+    own; ``X_s X_s^T`` with a one-product gradient). The Gumbel noise is drawn client by
+    client, step by step, from ``generator``: the numbers :func:`distill_graph` draws for the
+    same clients in turn, so both agree up to float rounding.
+
+    Args:
+        model: the clients' architecture; ``params`` its parameters stacked over the m clients
+            (engine layout, :class:`~fglrepro.fl.engine.StackedGCN`; not changed).
+    """
+    m, n = params[0].size(0), x0.size(0)
+    params = [p.detach() for p in params]
+    noise = gumbel_noise((m, settings.steps + 1, 2, n * (n - 1) // 2), generator).to(x0.device, x0.dtype)
+    draws = iter(noise.unbind(dim=1))
+    normalise = torch.vmap(dense_normalized_adjacency)
+    problem = _Problem(forward=lambda x, adj: dense_stacked_gcn(model, params, x, normalise(adj)),
+                       loss=batched_soft_cross_entropy, gram=_Gram.apply, noise=lambda: next(draws))
+    labels0 = F.one_hot(y0, num_classes).to(x0.dtype)
+    return _distill(problem, x0.expand(m, -1, -1), labels0.expand(m, -1, -1), settings)
+
+
+def _distill(problem: _Problem, x0: Tensor, labels0: Tensor, settings: DistillSettings) -> DistilledGraph:
+    """The distillation loop of :func:`distill_graph` on ``x0 [..., mC, D]`` and soft labels
+    ``labels0 [..., mC, C]``."""
+    x = x0.clone().requires_grad_(True)
+    labels = labels0.clone().requires_grad_(True)
+    states = [{"m": torch.zeros_like(t), "v": torch.zeros_like(t)} for t in (x, labels)]
+    for step in range(1, settings.steps + 1):
+        adj = straight_through_edges(problem.gram(x), problem.noise(), settings.gamma, settings.tau_g)
+        loss = problem.loss(problem.forward(x, adj)[1], labels)
+        grads = torch.autograd.grad(loss, [x, labels])
+        with torch.no_grad():
+            for tensor, grad, state in zip((x, labels), grads, states):
+                adam_update(tensor, grad, state, step, settings.lr)
+            project_to_simplex_rows(labels)
+    with torch.no_grad():
+        adj = straight_through_edges(problem.gram(x), problem.noise(), settings.gamma, settings.tau_g)
+        hidden, _ = problem.forward(x, adj)
     return DistilledGraph(x=x.detach(), labels=labels.detach(), adj=adj.detach(), hidden=hidden.detach())
+
+
+def batched_soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Sum over graphs of :func:`soft_cross_entropy` for ``[m, n, C]`` logits and targets."""
+    return -(targets * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean(dim=-1).sum()
+
+
+def dense_stacked_gcn(model: StackedGCN, params: list[Tensor], x: Tensor, adj: Tensor) -> tuple[Tensor, Tensor]:
+    """The GCN of :class:`~fglrepro.models.GCN` in evaluation mode (no dropout) for m clients
+    on m dense graphs: ``x [m, n, D]``, normalised ``adj [m, n, n]`` (differentiable), client
+    k's parameters row k of ``params`` (engine layout). Returns ``(hidden, logits)`` as
+    ``GCN.forward(..., return_hidden=True)``: hidden ``[m, n, d]`` is the input of the last
+    layer (the READOUT input), logits ``[m, n, C]``."""
+    h = hidden = x
+    for i in range(model.num_convs):
+        weight, bias = (params[j] for j in model.layers[i])
+        hidden = h
+        h = torch.baddbmm(bias.unsqueeze(1), adj, torch.bmm(h, weight))
+        if i < model.num_convs - 1 or model.readout:
+            h = F.relu(h)
+    if model.readout:
+        hidden = h
+        weight, bias = (params[j] for j in model.layers[-1])
+        h = torch.baddbmm(bias.unsqueeze(1), h, weight)
+    return hidden, h

@@ -20,7 +20,9 @@ from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average
 from fglrepro.fl.communication import module_bytes, tensor_bytes
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
-from fglrepro.fl.graph_distillation import DistillSettings, broadcast_graph, distill_graph
+from fglrepro.fl.graph_distillation import (
+    DistilledGraph, DistillSettings, broadcast_graph, distill_graph, distill_graphs,
+)
 from fglrepro.fl.losses import proximal_term, stacked_proximal_term
 from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, Upload
 from fglrepro.fl.task_relator import KERNELS, relator_weights
@@ -94,7 +96,15 @@ class FedGKDHparams:
 class FedGKD(FederatedMethod):
     """Client state: ``model`` = W_i (trained locally, tested at ``evaluation.model: local``),
     ``received`` = W̄_i, the personalised model from the server (initially the common initial
-    model). ``weights`` holds the last round's ``q [n, n]`` over the sorted uploading clients."""
+    model). ``weights`` holds the last round's ``q [n, n]`` over the sorted uploading clients.
+
+    On the vectorised engine (unless ``train.engine`` is ``sequential``) the round is batched
+    over clients: local steps on the engine, the participants' distillations as one problem
+    (:func:`distill_graphs`), and the W̄_i kept stacked (``received_stacks``, ``[K, ...]``
+    in the engine layout, the ``received`` models views of their rows) so that receiving and
+    the proximal anchors take one operation per parameter.
+    The static extractor's one-off pre-training and distillation stay per client.
+    """
 
     label = "FedGKD"
     Hparams = FedGKDHparams
@@ -110,21 +120,64 @@ class FedGKD(FederatedMethod):
         self.received_broadcast: set[int] = set()
         self.features: dict[int, Tensor] = {}
         self.weights: Tensor | None = None
+        self.received_stacks: list[Tensor] | None = None
+        if self.batched:
+            received = [state.received for state in self.states]
+            self.received_stacks = federation.engine.model.gather(received)
+            federation.engine.model.bind(self.received_stacks, received)
+
+    @property
+    def batched(self) -> bool:
+        """Whether rounds run batched over clients: on the vectorised engine, unless
+        ``train.engine`` is ``sequential``."""
+        return self.federation.engine is not None and self.federation.train.engine != "sequential"
+
+    @property
+    def batched_distillation(self) -> bool:
+        """Whether the participants distil as one batched problem (:func:`distill_graphs`):
+        :attr:`batched` with the dynamic extractor."""
+        return self.batched and self.hparams.extractor == "dynamic"
 
     def client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
         """Draw the broadcast ``(X0, y0)`` from the run's seeded generator (dynamic: every round;
-        static: once, in the first round), then the clients' rounds."""
+        static: once, in the first round), then the clients' rounds; with
+        :attr:`batched_distillation` the uploaders' task features are distilled together."""
         self.received_broadcast = set()
         if self.hparams.extractor == "dynamic" or self.broadcast is None:
             client = self.clients[0]
             x0, y0 = broadcast_graph(self.hparams.nodes_per_class, client.num_classes, client.x.size(1),
                                      self.federation.generator)
             self.broadcast = (x0.to(client.x.device), y0.to(client.x.device))
-        return super().client_updates(ks, round_)
+        uploads = super().client_updates(ks, round_)
+        if self.batched_distillation and uploads:
+            engine = self.federation.engine
+            ids = list(uploads)
+            x0, y0 = self.broadcast
+            graphs = distill_graphs(engine.model, engine.stacked([self.states[k].model for k in ids]), x0, y0,
+                                    self.clients[0].num_classes, self.distill, self.federation.generator)
+            for k, feature in zip(ids, self.selected_feature(graphs)):
+                uploads[k].extras["task_feature"] = feature
+            self.received_broadcast.update(ids)
+        return uploads
 
     def receive(self, k: int, round_: int) -> None:
         """Start from W̄_k."""
         load_parameters(self.states[k].model, parameters_of(self.states[k].received))
+
+    def batched_receive(self, ks: list[int], round_: int, engine: VectorisedEngine) -> None:
+        """:meth:`receive` for all participants with one copy per parameter."""
+        rows = torch.tensor(ks, device=engine.stacks[0].device)
+        with torch.no_grad():
+            for stack, received in zip(engine.stacks, self.received_rows(ks)):
+                stack.index_copy_(0, rows, received)
+
+    def received_rows(self, ks: list[int]) -> list[Tensor]:
+        """The W̄_k of clients ``ks`` from :attr:`received_stacks`, ``[m, ...]`` each (the stacks
+        themselves when ``ks`` are all clients)."""
+        if ks == list(range(len(self.clients))):
+            return self.received_stacks
+        rows = torch.tensor(ks, device=self.received_stacks[0].device)
+        return [stack.index_select(0, rows) for stack in self.received_stacks]
 
     def extra_loss(self, k: int, round_: int) -> ExtraLoss | None:
         """``lambda ||W - W̄_k||^2`` (Algorithm 1, line 19)."""
@@ -139,16 +192,21 @@ class FedGKD(FederatedMethod):
         lam = self.hparams.lambda_prox
         if lam == 0:
             return None
-        anchors = engine.model.gather([self.states[k].received for k in ks])
+        anchors = self.received_rows(ks)
         return lambda out, params: lam * stacked_proximal_term(params, anchors)
 
     def task_feature(self, model: nn.Module) -> Tensor:
         """Distil with ``model`` from this round's broadcast; the feature of ``hparams.task_feature``
         (``xh``: ``[X_s || H_s]``, ``[mC, D + d]``)."""
         x0, y0 = self.broadcast
-        graph = distill_graph(model, x0, y0, self.clients[0].num_classes, self.distill, self.federation.generator)
+        return self.selected_feature(
+            distill_graph(model, x0, y0, self.clients[0].num_classes, self.distill, self.federation.generator))
+
+    def selected_feature(self, graph: DistilledGraph) -> Tensor:
+        """The distilled graph's feature named by ``hparams.task_feature`` (along the last
+        dimension: ``xh`` = ``[X_s || H_s]``)."""
         return {"x": graph.x, "h": graph.hidden, "labels": graph.labels,
-                "xh": torch.cat([graph.x, graph.hidden], dim=1)}[self.hparams.task_feature]
+                "xh": torch.cat([graph.x, graph.hidden], dim=-1)}[self.hparams.task_feature]
 
     def static_feature(self, k: int) -> Tensor:
         """Figure 10's static extractor, a stand-in: the paper distils each client's data once
@@ -164,8 +222,11 @@ class FedGKD(FederatedMethod):
         return self.task_feature(model)
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
-        """W_k and the task feature (static extractor: only the first time k takes part)."""
+        """W_k and the task feature (static extractor: only the first time k takes part; with
+        :attr:`batched_distillation` :meth:`client_updates` adds it)."""
         upload = super().upload(k, round_, loss)
+        if self.batched_distillation:
+            return upload
         if self.hparams.extractor == "dynamic":
             upload.extras["task_feature"] = self.task_feature(self.states[k].model)
         elif k not in self.features:

@@ -6,12 +6,19 @@ graph); the server sends client i the average of the uploads weighted by
 ``exp(tau * cos(e_i, e_j))`` (times n_j). Clients train a GCN whose weights are multiplied
 element-wise by learnable personalised masks that never leave the client, with an L1
 sparsity penalty on the masks and a proximal term to the received weights.
+
+On the vectorised engine (``train.engine`` other than ``sequential``) the clients' local
+steps, masks included, run as one batched computation (:class:`StackedMaskedGCN` on the
+engine's client union), the functional embeddings of all uploaders are one pass over the
+proxy graph, and the masked models are tested as plain GCNs with their masked weights, all
+clients in one batched pass.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +28,9 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average, weighted_average
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import module_bytes
+from fglrepro.fl.engine import StackedGCN, StackedOptimizer
 from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, RunSetup, Upload
-from fglrepro.fl.training import make_optimizer
+from fglrepro.fl.training import check_finite, make_optimizer
 from fglrepro.methods import register
 from fglrepro.models import GCN
 
@@ -80,10 +88,14 @@ class MaskedLinear(nn.Module):
         self.prune_below = prune_below
 
     def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.masked_weight(pruned=not self.training), self.bias)
+
+    def masked_weight(self, pruned: bool) -> Tensor:
+        """``W * M`` ``[out, in]``, with ``pruned`` the mask entries below ``prune_below`` zero."""
         mask = self.mask
-        if not self.training:
+        if pruned:
             mask = mask.masked_fill(mask.abs() < self.prune_below, 0.0)
-        return F.linear(x, self.weight * mask, self.bias)
+        return self.weight * mask
 
 
 class MaskedGCNLayer(nn.Module):
@@ -146,6 +158,16 @@ class MaskedGCN(nn.Module):
         """The mask parameters (they stay on the client)."""
         return [p for name, p in self.named_parameters() if is_mask(name)]
 
+    @torch.no_grad()
+    def pruned_gcn_parameters(self) -> dict[str, Tensor]:
+        """The parameters (named as in :class:`~fglrepro.models.GCN`) of the GCN that computes
+        this model's evaluation-mode outputs: every weight times its pruned mask."""
+        params = self.shared_parameters()
+        for name, module in self.named_modules():
+            if isinstance(module, MaskedLinear):
+                params[f"{name}.weight"] = module.masked_weight(pruned=True)
+        return params
+
 
 def is_mask(name: str) -> bool:
     """Whether parameter ``name`` is a personalised mask."""
@@ -156,17 +178,61 @@ def proxy_graph(num_features: int, hparams: FedPubHparams, generator: torch.Gene
                 device: torch.device) -> tuple[Tensor, Tensor]:
     """The server's random proxy graph: features ``[P, F]`` ~ N(0, 1) and its normalised
     adjacency ``[P, P]``, ``P = n_proxy * proxy_block_size``, drawn from ``generator``."""
-    from torch_geometric.utils import stochastic_blockmodel_graph
-
-    sizes = [hparams.proxy_block_size] * hparams.n_proxy
-    probs = torch.eye(hparams.n_proxy) * hparams.proxy_p_in
     seed = int(torch.randint(2**62, (1,), generator=generator))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        edge_index = stochastic_blockmodel_graph(sizes, probs)
-    num_nodes = sum(sizes)
+        edge_index = block_model_edges(hparams.n_proxy, hparams.proxy_block_size, hparams.proxy_p_in)
+    num_nodes = hparams.n_proxy * hparams.proxy_block_size
     x = torch.randn(num_nodes, num_features, generator=generator)
     return x.to(device), normalized_adjacency(edge_index, num_nodes).to(device)
+
+
+def block_model_edges(num_blocks: int, block_size: int, p_in: float) -> Tensor:
+    """``edge_index [2, E]`` of an undirected stochastic block model: ``num_blocks`` blocks of
+    ``block_size`` nodes, each pair inside a block linked with probability ``p_in``, no pair
+    across; both directions, sorted by (row, column). The edges of PyG's
+    ``stochastic_blockmodel_graph([block_size] * num_blocks, eye * p_in)`` (the authors' proxy
+    graph) from the same draws of torch's global generator, without importing PyG (seconds
+    per training process)."""
+    num_nodes = num_blocks * block_size
+    block = torch.arange(num_blocks).repeat_interleave(block_size)
+    probs = torch.eye(num_blocks) * p_in
+    row, col = torch.combinations(torch.arange(num_nodes), r=2).t()
+    linked = torch.bernoulli(probs[block[row], block[col]]).to(torch.bool)
+    row, col = row[linked], col[linked]
+    edge_index = torch.stack([torch.cat([row, col]), torch.cat([col, row])])
+    return edge_index[:, torch.argsort(edge_index[0] * num_nodes + edge_index[1])]
+
+
+class StackedMaskedGCN(StackedGCN):
+    """:class:`MaskedGCN` over client-stacked parameters: the engine's
+    :class:`~fglrepro.fl.engine.StackedGCN` of the GCN inside it, each mask stacked in the
+    layout of its weight (``[m, in, out]``). Its forward pass reads the weights of
+    :meth:`masked` parameters."""
+
+    def __init__(self, template: MaskedGCN) -> None:
+        super().__init__(template)
+        #: positions in ``names`` of the masks and of the shared (communicated) parameters
+        self.mask_positions = [j for j, name in enumerate(self.names) if is_mask(name)]
+        self.shared_positions = [j for j, name in enumerate(self.names) if not is_mask(name)]
+        #: position of each layer's mask, in forward order (as ``layers``)
+        self.layer_masks = [self.names.index(self.names[w].removesuffix("weight") + "mask") for w, _ in self.layers]
+
+    @staticmethod
+    def _to_engine(name: str, value: Tensor) -> Tensor:
+        """Weights and masks transposed to ``[in, out]`` (the engine transposes weights only)."""
+        return value.transpose(-1, -2) if is_mask(name) or name.endswith("weight") else value
+
+    def masked(self, params: list[Tensor], prune_below: float | None = None) -> list[Tensor]:
+        """``params`` with every weight replaced by weight * mask (``[m, in, out]``); with
+        ``prune_below`` mask entries of smaller magnitude count as zero (evaluation mode)."""
+        out = list(params)
+        for (w, _), j in zip(self.layers, self.layer_masks):
+            mask = params[j]
+            if prune_below is not None:
+                mask = mask.masked_fill(mask.abs() < prune_below, 0.0)
+            out[w] = params[w] * mask
+        return out
 
 
 def personalized_weights(embeddings: Tensor, sizes: Tensor, tau: float, weight_by_size: bool) -> Tensor:
@@ -197,17 +263,35 @@ class FedPub(FederatedMethod):
     label = "Fed-PUB"
     Hparams = FedPubHparams
     has_server_models = True
+    vectorised = True
 
     def __init__(self, federation: Federation, hparams: FedPubHparams) -> None:
         super().__init__(federation, hparams)
         self.global_model = copy.deepcopy(federation.model)
         for state in self.states:
             state.model = MaskedGCN(federation.model, hparams.l1)
-            state.optimizer = make_optimizer(state.model, federation.train)
         device = self.clients[0].x.device
         self.proxy_x, self.proxy_adj = proxy_graph(
             self.clients[0].x.size(1), hparams, federation.generator, device
         )
+        models = [state.model for state in self.states]
+        if self.batched:
+            self.stacked = StackedMaskedGCN(models[0])
+            #: the clients' masked models stacked ``[K, ...]``; ``states[k].model`` holds views of row k
+            self.stacks = self.stacked.gather(models)
+            self.stacked.bind(self.stacks, models)
+            self.optimizer = StackedOptimizer(self.stacks, len(models), federation.train)
+            #: per client, the plain GCN tested in place of its masked model
+            self.pruned_models = [copy.deepcopy(federation.model) for _ in models]
+        else:
+            for state in self.states:
+                state.optimizer = make_optimizer(state.model, federation.train)
+
+    @property
+    def batched(self) -> bool:
+        """Whether rounds run batched over clients: on the vectorised engine, unless
+        ``train.engine`` is ``sequential``."""
+        return self.federation.engine is not None and self.federation.train.engine != "sequential"
 
     @classmethod
     def check_protocol(cls, hparams: FedPubHparams, setup: RunSetup) -> None:
@@ -241,16 +325,96 @@ class FedPub(FederatedMethod):
 
         return loss
 
+    def client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
+        """Every participant's :meth:`~FederatedMethod.client_update` in turn, or with
+        :attr:`batched` :meth:`batched_client_updates`."""
+        if self.batched:
+            return self.batched_client_updates(ks, round_)
+        return {k: self.client_update(k, round_) for k in ks}
+
+    def batched_client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
+        """The participants' rounds as one computation: every :meth:`receive`,
+        ``train.local_epochs`` steps of all their masked GCNs on the engine's union of their
+        graphs (each client's loss its own: cross-entropy plus :meth:`batched_penalties`; one
+        stacked Adam step), then :meth:`functional_embeddings` and the uploads."""
+        engine = self.federation.engine
+        for k in ks:
+            self.receive(k, round_)
+        everyone = len(ks) == len(self.clients)
+        rows = torch.tensor(ks, device=self.stacks[0].device)
+        params = [(s if everyone else s.index_select(0, rows)).detach().requires_grad_(True) for s in self.stacks]
+        batch = engine.batch(ks)
+        penalties = self.batched_penalties(ks, round_)
+        epochs = self.federation.train.local_epochs
+        losses = torch.full((len(ks),), float("nan"))
+        for _ in range(epochs):
+            out = self.stacked.forward(self.stacked.masked(params), batch, training=True)
+            per_client = engine.cross_entropy(out) + penalties(params)
+            grads = torch.autograd.grad(per_client.sum(), params)
+            self.optimizer.step(ks, params, grads)
+            losses = per_client.detach()
+        if epochs:
+            for value in losses.tolist():
+                check_finite(value)
+        if not everyone:
+            with torch.no_grad():
+                for stack, p in zip(self.stacks, params):
+                    stack.index_copy_(0, rows, p)
+        embeddings = self.functional_embeddings(ks)
+        return {k: self.make_upload(k, loss, embedding)
+                for k, loss, embedding in zip(ks, losses.tolist(), embeddings)}
+
+    def batched_penalties(self, ks: list[int], round_: int) -> Callable[[list[Tensor]], Tensor]:
+        """:meth:`extra_loss` of the participants ``ks``: stacked parameters -> ``[m]``."""
+        l1, loc_l2 = self.hparams.l1, self.hparams.loc_l2
+        proximal = loc_l2 > 0 and round_ > 1
+        engine = self.federation.engine
+        anchors = {}
+        if proximal:
+            anchors = dict(zip(engine.model.names, engine.model.gather([self.received_model(k) for k in ks])))
+
+        def penalties(params: list[Tensor]) -> Tensor:
+            total = l1 * sum(params[j].abs().flatten(1).sum(dim=1) for j in self.stacked.mask_positions)
+            if proximal:
+                total = total + loc_l2 * sum(
+                    torch.linalg.vector_norm((params[j] - anchors[self.stacked.names[j]]).flatten(1), dim=1)
+                    for j in self.stacked.shared_positions
+                )
+            return total
+
+        return penalties
+
     @torch.no_grad()
     def functional_embedding(self, model: MaskedGCN) -> Tensor:
         """Mean over proxy nodes of the last GCN layer's output ``[D]`` (eval mode)."""
         model.eval()
         return model.gcn_output(self.proxy_x, self.proxy_adj)[1].mean(dim=0)
 
+    @torch.no_grad()
+    def functional_embeddings(self, ks: list[int]) -> Tensor:
+        """:meth:`functional_embedding` of clients ``ks``, ``[m, D]``: the proxy graph's P
+        nodes go through all m clients' GCN layers at once (node-major ``[P, m, H]``, the
+        first layer one product with the clients' weights side by side)."""
+        rows = torch.tensor(ks, device=self.stacks[0].device)
+        params = self.stacked.masked([s.index_select(0, rows) for s in self.stacks], self.hparams.l1)
+        num_nodes, m = self.proxy_x.size(0), len(ks)
+        h = self.proxy_x
+        for i, (w, b) in enumerate(self.stacked.layers[: self.stacked.num_convs]):
+            weight, bias = params[w], params[b]
+            if i == 0:
+                h = h @ weight.transpose(0, 1).reshape(weight.size(1), -1)
+            else:
+                h = torch.bmm(F.relu(h).transpose(0, 1), weight).transpose(0, 1).reshape(num_nodes, -1)
+            h = torch.sparse.mm(self.proxy_adj, h).view(num_nodes, m, -1) + bias
+        return h.mean(dim=0)
+
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The shared (unmasked) parameters and the functional embedding."""
-        model = self.states[k].model
-        return Upload(params=model.shared_parameters(), extras={"embedding": self.functional_embedding(model)},
+        return self.make_upload(k, loss, self.functional_embedding(self.states[k].model))
+
+    def make_upload(self, k: int, loss: float, embedding: Tensor) -> Upload:
+        """Client ``k``'s upload: its shared parameters and functional ``embedding [D]``."""
+        return Upload(params=self.states[k].model.shared_parameters(), extras={"embedding": embedding},
                       weight=float(self.clients[k].num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
@@ -272,7 +436,12 @@ class FedPub(FederatedMethod):
         return module_bytes(self.received_model(k))
 
     def eval_model(self, k: int, stage: str) -> nn.Module:
-        return self.states[k].model
+        """Client ``k``'s masked model; with :attr:`batched` the plain GCN with its pruned
+        masked weights (the same outputs), which the batched evaluator tests with the others."""
+        if not self.batched:
+            return self.states[k].model
+        load_parameters(self.pruned_models[k], self.states[k].model.pruned_gcn_parameters())
+        return self.pruned_models[k]
 
     def server_models(self) -> list[nn.Module]:
         personal = [s.received for s in self.states if s.received is not None]
