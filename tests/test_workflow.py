@@ -225,7 +225,8 @@ def test_skip_runs_leaves_rows_out_of_a_study(repo, tmp_path):
 
 
 def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_path):
-    """FedSage+ rows set ``resources``; other rows keep the small-dataset request."""
+    """FedSage+ rows declare their runtime and get their memory from the measured peaks; other
+    rows keep the small-dataset request."""
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
          "--configfile", str(repo / "config" / "config.yaml"), "--dry-run",
@@ -236,8 +237,9 @@ def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_pat
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     requests = {}
     for block in proc.stdout.split("rule train:")[1:]:
-        run = re.search(r"run=(\w+)", block).group(1)
-        requests[run] = (int(re.search(r"mem_mb=(\d+)", block).group(1)),
-                         int(re.search(r"runtime=(\d+)", block).group(1)))
-    assert requests["fedsage_plus"] == (16000, 120)
-    assert requests["fedavg"] == (2000, 30)
+        run, clients = re.search(r"run=(\w+)", block).group(1), int(re.search(r"clients=(\d+)", block).group(1))
+        requests[run, clients] = (int(re.search(r"mem_mb=(\d+)", block).group(1)),
+                                  int(re.search(r"runtime=(\d+)", block).group(1)))
+    # FedSage+: its runtime as the study declares it, its memory from the measured peaks per client count
+    assert [requests["fedsage_plus", k] for k in (5, 10, 20)] == [(2500, 120), (4000, 120), (6500, 120)]
+    assert requests["fedavg", 10] == (2000, 30)

@@ -198,12 +198,44 @@ def dataset_resources(dataset, key):
     return SIZE_RESOURCES[DATASETS[dataset].size][key]
 
 
+#: Peak memory of a FedSage+ run (fgl-train, one thread, CPU), MB ~ base + K x per_client,
+#: fitted to the peaks measured with K = 5, 10, 20 clients (FedTAD Table 2 settings). Every
+#: client keeps its own NeighGen, whose fGen output layer (2048 x 5F weights) and Adam state
+#: (3 x 2048 x 5F floats) make up most of the per-client term.
+FEDSAGE_PLUS_PEAK_MB = {"Cora": (950, 200), "CiteSeer": (1000, 590)}
+#: Declared memory over the measured peak.
+FEDSAGE_PLUS_MEMORY_MARGIN = 1.25
+#: FedSage+ on a dataset whose peak was not measured (the flat declaration of earlier versions).
+FEDSAGE_PLUS_UNMEASURED_MB = 16000
+
+
+def fedsage_plus_mem_mb(entry, dataset, clients):
+    """``mem_mb`` of a run that trains FedSage+'s NeighGens (FedSage+ itself, or a method on
+    top of it: ``hparams.base``): from :data:`FEDSAGE_PLUS_PEAK_MB`, rounded up to 500 MB, or
+    :data:`FEDSAGE_PLUS_UNMEASURED_MB` on other datasets; None for other methods."""
+    uses_neighgen = "fedsage_plus" in (entry.get("method"), entry.get("hparams", {}).get("base"))
+    if not uses_neighgen:
+        return None
+    if dataset not in FEDSAGE_PLUS_PEAK_MB:
+        return FEDSAGE_PLUS_UNMEASURED_MB
+    base, per_client = FEDSAGE_PLUS_PEAK_MB[dataset]
+    return 500 * int(-(-FEDSAGE_PLUS_MEMORY_MARGIN * (base + int(clients) * per_client) // 500))
+
+
 def run_resources(wildcards, key):
     """A training job's ``mem_mb``/``runtime``: the run's ``resources`` (or its dataset's
-    ``per_dataset`` override) when the study sets them, else the dataset's size class."""
+    ``per_dataset`` override) when the study sets them, else for FedSage+ the memory of
+    :func:`fedsage_plus_mem_mb`, else the dataset's size class."""
     entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
-    return entry.get("resources", {}).get(key, dataset_resources(wildcards.dataset, key))
+    declared = entry.get("resources", {})
+    if key in declared:
+        return declared[key]
+    if key == "mem_mb":
+        measured = fedsage_plus_mem_mb(entry, wildcards.dataset, wildcards.clients)
+        if measured is not None:
+            return measured
+    return dataset_resources(wildcards.dataset, key)
 
 
 # ---- code dependencies: editing a module reruns exactly the jobs that use it -------------

@@ -4,7 +4,9 @@ The pieces, reusable by any method that mends client subgraphs:
 
 - :func:`impair_graph`: hide part of a client graph and record, for every kept node, how
   many neighbours it lost and their features (the training signal of NeighGen);
-- :class:`NeighGen`: encoder + dGen (number of missing neighbours) + fGen (their features);
+- :class:`NeighGen`: encoder + dGen (number of missing neighbours) + fGen (their features),
+  whose output layer can be evaluated at the used slots only (:func:`used_slots`,
+  :class:`SlotLinear`);
 - :func:`greedy_feature_loss`: the greedy matching loss between generated and true
   neighbour features;
 - :func:`sample_neighbor_features`: neighbour feature sets of random nodes of a graph
@@ -23,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.fl.buffers import BufferPool
 from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.models import GCN
 
@@ -91,18 +94,81 @@ def impair_graph(client: ClientData, hidden_portion: float, num_pred: int,
     )
 
 
+def used_slots(count: Tensor, num_pred: int) -> Tensor:
+    """``[n, P]`` mask of the generated-neighbour slots a node uses: ``p < min(P, floor(count))``
+    for counts ``[n]`` (>= 0, real-valued or integer)."""
+    return torch.arange(num_pred, device=count.device) < count.long().clamp(0, num_pred)[:, None]
+
+
+#: fGen output-layer weight gradients (59 MB on Cora), reused across steps and clients
+_WEIGHT_GRADIENTS = BufferPool()
+
+
+class SlotLinear(torch.autograd.Function):
+    """fGen's output layer ``h W^T + b`` evaluated only at the used (row, slot) pairs.
+
+    With ``W = [W_0; ...; W_{P-1}]`` (``F`` rows per slot), slot p of row i is
+    ``h_i W_p^T + b_p`` where ``used[i, p]``, and 0 elsewhere: one GEMM per slot over the
+    rows using it instead of ``[r, H] @ [H, P*F]``. The weight and bias gradients are full
+    dense tensors, zero at slots no row uses, so optimisers see the same shapes (and Adam's
+    weight decay acts on every weight) as with the dense layer.
+
+    Args:
+        h: ``[r, H]`` input rows.
+        weight: ``[P*F, H]``, bias: ``[P*F]``: the dense layer's parameters.
+        used: ``[r, P]`` bool.
+
+    Returns:
+        ``[r, P, F]``.
+    """
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, used: Tensor) -> Tensor:
+        num_pred = used.size(1)
+        w, b = weight.view(num_pred, -1, h.size(1)), bias.view(num_pred, -1)
+        out = h.new_zeros(h.size(0), num_pred, w.size(1))
+        rows = [used[:, p].nonzero().flatten() for p in range(num_pred)]
+        for p, r in enumerate(rows):
+            if r.numel():
+                out[r, p] = torch.addmm(b[p], h[r], w[p].t())
+        ctx.save_for_backward(h, weight)
+        ctx.rows = rows
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        h, weight = ctx.saved_tensors
+        num_pred = grad_out.size(1)
+        w = weight.view(num_pred, -1, h.size(1))
+        grad_h = torch.zeros_like(h) if ctx.needs_input_grad[0] else None
+        grad_w, grad_b = _WEIGHT_GRADIENTS.zeros(tuple(weight.shape), weight), weight.new_zeros(weight.size(0))
+        grad_w_slots, grad_b_slots = grad_w.view_as(w), grad_b.view(num_pred, -1)
+        for p, r in enumerate(ctx.rows):
+            if r.numel():
+                g = grad_out[r, p]
+                torch.mm(g.t(), h[r], out=grad_w_slots[p])
+                grad_b_slots[p] = g.sum(0)
+                if grad_h is not None:
+                    grad_h.index_add_(0, r, g @ w[p])
+        return grad_h, grad_w, grad_b, None
+
+
 class NeighGen(nn.Module):
     """Missing-neighbour generator: a 2-layer GCN encoder to ``latent`` dims, dGen
     (``ReLU(Linear(latent, 1))``, the number of missing neighbours) and fGen (Gaussian
     noise added to the encoding, then ``latent -> 256 -> 2048 -> P*F`` with ReLU, dropout
     before the last layer and tanh output: features of up to P neighbours).
 
+    fGen's last layer (``2048 x P*F``) dominates the cost; since a node only ever uses
+    its first ``min(P, count)`` slots, :meth:`generate` can evaluate it at chosen (row,
+    slot) pairs only (:class:`SlotLinear`), with the same noise and dropout draws.
+
     The authors encode with GraphSAGE; the GCN of this study's model zoo is used here.
     """
 
     def __init__(self, in_channels: int, hidden: int, latent: int, num_pred: int, dropout: float) -> None:
         super().__init__()
-        self.num_pred = num_pred
+        self.num_pred, self.in_channels = num_pred, in_channels
         self.encoder = GCN(in_channels, hidden, latent, layers=2, dropout=dropout)
         self.dgen = nn.Linear(latent, 1)
         self.fgen = nn.Sequential(
@@ -111,16 +177,31 @@ class NeighGen(nn.Module):
             nn.Linear(FGEN_WIDTHS[1], num_pred * in_channels), nn.Tanh(),
         )
 
-    def forward(self, x: Tensor, adj: Tensor, nodes: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``x [n, F]``, ``adj [n, n]`` -> predicted counts ``[n]`` (>= 0, real-valued)
-        and generated features ``[r, P, F]`` of the ``r`` rows ``nodes`` (all by default;
-        fGen's last layer dominates the cost, so callers restrict it where they can)."""
+    def encode(self, x: Tensor, adj: Tensor) -> tuple[Tensor, Tensor]:
+        """``x [n, F]``, ``adj [n, n]`` -> encodings ``[n, latent]`` and predicted counts
+        ``[n]`` (>= 0, real-valued)."""
         z = self.encoder(x, adj)
-        count = F.relu(self.dgen(z)).squeeze(-1)
+        return z, F.relu(self.dgen(z)).squeeze(-1)
+
+    def generate(self, z: Tensor, used: Tensor | None = None) -> Tensor:
+        """Encodings ``[r, latent]`` -> generated features ``[r, P, F]``, computed only at
+        the (row, slot) pairs of the mask ``used [r, P]`` (0 elsewhere) unless it is None."""
+        h = self.fgen[:-2](z + torch.randn_like(z))
+        output, tanh = self.fgen[-2], self.fgen[-1]
+        if used is None or self.num_pred == 0:
+            return tanh(output(h)).view(z.size(0), self.num_pred, self.in_channels)
+        return tanh(SlotLinear.apply(h, output.weight, output.bias, used))
+
+    def forward(self, x: Tensor, adj: Tensor, nodes: Tensor | None = None,
+                only_used: bool = False) -> tuple[Tensor, Tensor]:
+        """Predicted counts ``[n]`` and generated features ``[r, P, F]`` of the ``r`` rows
+        ``nodes`` (all by default); with ``only_used`` the features are computed only at
+        each row's used slots (:func:`used_slots` of its count) and are 0 after them."""
+        z, count = self.encode(x, adj)
         if nodes is not None:
             z = z[nodes]
-        feat = self.fgen(z + torch.randn_like(z))
-        return count, feat.view(z.size(0), self.num_pred, x.size(1))
+        used = used_slots(count if nodes is None else count[nodes], self.num_pred) if only_used else None
+        return count, self.generate(z, used)
 
 
 def greedy_feature_loss(pred_feat: Tensor, true_feat: Tensor, pred_count: Tensor, true_count: Tensor) -> Tensor:
@@ -180,8 +261,7 @@ def mend_graph(x: Tensor, edge_index: Tensor, count: Tensor, feat: Tensor) -> tu
         first, then one undirected edge from each new node to its owner).
     """
     n, num_pred = feat.shape[:2]
-    slots = torch.arange(num_pred, device=x.device)
-    used = slots < count.long().clamp(0, num_pred)[:, None]
+    used = used_slots(count, num_pred)
     owner = used.nonzero()[:, 0]
     new = torch.arange(n, n + owner.numel(), device=x.device)
     edges = torch.cat([edge_index, torch.stack([owner, new]), torch.stack([new, owner])], dim=1)

@@ -22,6 +22,7 @@ from fglrepro.fl.neighbor_generation import (
     mend_graph,
     mended_client,
     sample_neighbor_features,
+    used_slots,
 )
 from fglrepro.fl.training import make_optimizer
 from fglrepro.methods import register
@@ -94,6 +95,16 @@ class FedSagePlus(ParameterAveraging):
     was computed by the other clients in round t-1 on the features k uploaded in round t-2.
     fGen runs only on nodes whose generated neighbours can reach a training node's logits.
 
+    fGen's output layer (``2048 x P*F``) dominates the cost, and only each node's first
+    ``min(P, predicted count)`` slots are ever read. Unless ``train.engine`` is
+    ``sequential`` (the dense reference), it is evaluated only at the (row, slot) pairs
+    that are read (:meth:`NeighGen.generate`), the same numbers up to float rounding:
+    in a local step, the slots below the predicted count of every node of the region
+    (the mended graph; the greedy loss reads a subset of them) and the slots where the
+    peer gradient is non-zero (it comes from counts of an earlier round); in the upload,
+    the slots below the uploaded predicted counts (the only ones peers' losses read);
+    when mending, the slots below each node's count.
+
     After round ``generator_rounds`` every client runs its NeighGen (eval mode) on its
     whole local graph and attaches the generated neighbours (:func:`mended_client`).
 
@@ -136,6 +147,8 @@ class FedSagePlus(ParameterAveraging):
         self.peer_features: list[dict[int, tuple[Tensor, Tensor, Tensor]]] = [{} for _ in self.clients]
         self.peer_grads: list[Tensor | None] = [None] * len(self.clients)
         self.received_bytes = [0] * len(self.clients)
+        #: evaluate fGen's output layer only at the slots that are read (see the class docstring)
+        self.only_used_slots = federation.train.engine != "sequential"
         self.last_round = 0
         if hparams.generator_rounds == 0:
             self.mend_all()
@@ -171,7 +184,8 @@ class FedSagePlus(ParameterAveraging):
             classifier.train()
             for _ in range(self.federation.train.local_epochs):
                 optimizer.zero_grad(set_to_none=True)
-                count, region_feat = model(graph.x, graph.adj, region)
+                z, count = model.encode(graph.x, graph.adj)
+                region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train))
                 feat = region_feat.new_zeros(graph.x.size(0), *region_feat.shape[1:])
                 feat = feat.index_copy(0, region, region_feat)
                 x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), feat)
@@ -191,7 +205,7 @@ class FedSagePlus(ParameterAveraging):
                 loss_value = loss.item()
             optimizer.zero_grad(set_to_none=True)
             with torch.no_grad():
-                count, train_feat = model(graph.x, graph.adj, train)
+                count, train_feat = model(graph.x, graph.adj, train, only_used=self.only_used_slots)
         extras = dict(zip(PEER_PAYLOAD, (train_feat, count[mask].long(), graph.missing_count[mask])))
         peer = {}
         for j, (peer_feat, peer_count, peer_true) in self.peer_features[k].items():
@@ -199,6 +213,18 @@ class FedSagePlus(ParameterAveraging):
             if grad is not None:
                 peer[j] = {"grad": grad}
         return Upload(params={}, extras=extras, peer=peer, weight=float(self.node_counts[k]), loss=loss_value)
+
+    def step_slots(self, k: int, region_count: Tensor, in_train: Tensor) -> Tensor | None:
+        """``[r, P]`` (row, slot) pairs of client k's region whose generated features a local
+        step reads: slots below the predicted count ``region_count [r]`` (mended graph,
+        greedy loss) and, for training rows (positions ``in_train``), slots where the peer
+        gradient is non-zero; None (all pairs) on the sequential reference path."""
+        if not self.only_used_slots:
+            return None
+        used = used_slots(region_count, self.hparams.num_pred)
+        if self.peer_grads[k] is not None:
+            used[in_train] |= self.peer_grads[k].ne(0).any(-1)
+        return used
 
     def cross_client_gradient(self, k: int, feat: Tensor, pred_count: Tensor, true_count: Tensor) -> Tensor | None:
         """Gradient ``[n_j, P, F]`` of a peer's cross-client loss on client k's graph with
@@ -246,7 +272,7 @@ class FedSagePlus(ParameterAveraging):
             model = self.neighgens[k]
             model.eval()
             with private_rng(self.federation.generator, self.device):
-                count, feat = model(client.x, client.adj)
+                count, feat = model(client.x, client.adj, only_used=self.only_used_slots)
             self.clients[k] = mended_client(client, count.long(), feat)
 
 
