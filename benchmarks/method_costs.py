@@ -4,17 +4,17 @@
         [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--before-src /path/to/old/src]
         [--merge earlier.csv ...] [--out benchmarks/METHOD_COSTS]
 
-The jobs are the workflow's own: the script builds the studies' data and seed-0 partitions with
-Snakemake (``targets=partitions``), reads every training command from ``snakemake -n -p`` and
-keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8). Each repetition runs, back to
-back so that they share the machine's load, every selected job and the FedAvg job of the same
-cell (:data:`FEDAVG`), each as a fresh ``fgl-train`` process with one thread; with
-``--before-src`` each also runs on that source tree (e.g. a ``git worktree`` of an earlier
-commit, put first on ``PYTHONPATH``). Reported per method and cell: medians over repetitions of
-the process's CPU seconds (user + system: robust to other load; wall seconds too), FedAvg's, and
-their ratio, before and after. Writes ``<out>.csv`` (columns ``method, study, run, dataset,
-clients, seconds, fedavg_seconds, ratio, wall_seconds``, and ``before_*`` with ``--before-src``)
-and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier output (e.g. the old code
+The jobs are the workflow's own: the script reads every seed-0 training command from
+``snakemake -n -p``, keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8) and has
+Snakemake build their prepared graphs and partitions. Each repetition runs, back to back so
+that they share the machine's load, every selected job and the FedAvg job of the same cell
+(:data:`FEDAVG`), each as a fresh ``fgl-train`` process with one thread; with ``--before-src``
+each also runs on that source tree (e.g. a ``git worktree`` of an earlier commit, put first on
+``PYTHONPATH``). Reported per method and cell: medians over repetitions of the process's CPU
+seconds (user + system: robust to other load; wall seconds too), FedAvg's, and their ratio,
+before and after. Writes ``<out>.csv`` (columns ``method, study, run, dataset, clients,
+seconds, fedavg_seconds, ratio, wall_seconds``, and ``before_*`` with ``--before-src``) and
+``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier output (e.g. the old code
 measured alone with ``--src old/src``), joined on study, run, dataset and clients.
 """
 
@@ -56,7 +56,6 @@ def snakemake(*args: str) -> str:
 def training_jobs(studies: list[str], datasets: list[str]) -> dict[tuple[str, str, str, int], list[str]]:
     """``(study, run, dataset, clients) -> fgl-train argv`` of every seed-0 job of ``studies``."""
     config = ["--config", f"studies=[{','.join(studies)}]", "only_seeds=[0]", f"only_datasets=[{','.join(datasets)}]"]
-    snakemake("--cores", str(os.cpu_count()), *config, "targets=partitions")
     jobs = {}
     for line in snakemake("-n", "-p", *config).splitlines():
         if not line.startswith("Shell command: fgl-train"):
@@ -64,6 +63,8 @@ def training_jobs(studies: list[str], datasets: list[str]) -> dict[tuple[str, st
         argv = shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
         spec = json.loads(argv[argv.index("--spec") + 1])
         jobs[spec["study"], spec["run"], spec["dataset"], spec["clients"]] = argv[1:]
+    inputs = sorted({argv[argv.index(flag) + 1] for argv in jobs.values() for flag in ("--data", "--partition")})
+    snakemake("--cores", str(os.cpu_count()), *inputs, *config)
     return jobs
 
 

@@ -306,6 +306,33 @@ class StackedOptimizer:
         )
 
 
+def train_rows(stacks: list[Tensor], ks: list[int], epochs: int, loss: Callable[[list[Tensor], int], Tensor],
+               optimizer: StackedOptimizer) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+    """``epochs`` steps of the participants ``ks`` on their rows of the stacked parameters
+    ``stacks`` (``[K, ...]`` each, updated in place): ``loss(params, epoch)`` gives each
+    participant's loss ``[m]`` from its rows ``params`` (``[m, ...]``), their sum is
+    differentiated and ``optimizer`` steps every participant. Returns the last step's losses
+    ``[m]`` (NaN without steps; a non-finite one raises :class:`~fglrepro.fl.training.Diverged`)
+    and gradients (None without steps)."""
+    everyone = len(ks) == stacks[0].size(0)
+    rows = torch.tensor(ks, device=stacks[0].device)
+    params = [(s if everyone else s.index_select(0, rows)).detach().requires_grad_(True) for s in stacks]
+    losses, grads = torch.full((len(ks),), float("nan"), device=rows.device), None
+    for epoch in range(epochs):
+        per_client = loss(params, epoch)
+        grads = torch.autograd.grad(per_client.sum(), params)
+        optimizer.step(ks, params, grads)
+        losses = per_client.detach()
+    if epochs:
+        for value in losses.tolist():
+            check_finite(value)
+    if not everyone:
+        with torch.no_grad():
+            for stack, p in zip(stacks, params):
+                stack.index_copy_(0, rows, p)
+    return losses, grads
+
+
 class VectorisedEngine:
     """Batched local training and evaluation for one federation (see the module docstring).
 
@@ -377,32 +404,20 @@ class VectorisedEngine:
         type(method).check_batched_terms()
         self.bind([s.model for s in method.states])
         method.batched_receive(ks, round_, self)
-        everyone = len(ks) == len(self.clients)
-        rows = torch.tensor(ks, device=self.stacks[0].device)
-        params = [(s if everyone else s.index_select(0, rows)).detach().requires_grad_(True) for s in self.stacks]
         batch = self.batch(ks)
         terms = method.batched_extra_loss(ks, round_, self)
         epochs = self.federation.train.local_epochs
-        masks = self._sequential_masks(batch, params, epochs) if self.mask_order == "sequential" else None
-        losses, grads = torch.full((len(ks),), float("nan"), device=rows.device), None
-        for epoch in range(epochs):
+        masks = self._sequential_masks(batch, self.stacks, epochs) if self.mask_order == "sequential" else None
+
+        def loss(params: list[Tensor], epoch: int) -> Tensor:
             out = self.model.forward(params, batch, training=True, masks=None if masks is None else masks[epoch])
             per_client = self.cross_entropy(out)
-            if terms is not None:
-                per_client = per_client + terms(out, params)
-            grads = torch.autograd.grad(per_client.sum(), params)
-            self.optimizer.step(ks, params, grads)
-            losses = per_client.detach()
-        if epochs:
-            for value in losses.tolist():
-                check_finite(value)
-        if not everyone:
-            with torch.no_grad():
-                for stack, p in zip(self.stacks, params):
-                    stack.index_copy_(0, rows, p)
+            return per_client if terms is None else per_client + terms(out, params)
+
+        losses, grads = train_rows(self.stacks, ks, epochs, loss, self.optimizer)
         if grads is not None:
             self.model.bind(grads, [method.states[k].model for k in ks], attribute="grad")
-        uploads = {k: method.upload(k, round_, loss) for k, loss in zip(ks, losses.tolist())}
+        uploads = {k: method.upload(k, round_, value) for k, value in zip(ks, losses.tolist())}
         return {k: u for k, u in uploads.items() if u is not None}
 
     @staticmethod

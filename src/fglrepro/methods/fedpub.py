@@ -28,9 +28,9 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average, weighted_average
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.engine import StackedGCN, StackedOptimizer
+from fglrepro.fl.engine import StackedGCN, StackedOptimizer, train_rows
 from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, RunSetup, Upload
-from fglrepro.fl.training import check_finite, make_optimizer
+from fglrepro.fl.training import make_optimizer
 from fglrepro.methods import register
 from fglrepro.models import GCN
 
@@ -340,26 +340,14 @@ class FedPub(FederatedMethod):
         engine = self.federation.engine
         for k in ks:
             self.receive(k, round_)
-        everyone = len(ks) == len(self.clients)
-        rows = torch.tensor(ks, device=self.stacks[0].device)
-        params = [(s if everyone else s.index_select(0, rows)).detach().requires_grad_(True) for s in self.stacks]
         batch = engine.batch(ks)
         penalties = self.batched_penalties(ks, round_)
-        epochs = self.federation.train.local_epochs
-        losses = torch.full((len(ks),), float("nan"))
-        for _ in range(epochs):
+
+        def loss(params: list[Tensor], _epoch: int) -> Tensor:
             out = self.stacked.forward(self.stacked.masked(params), batch, training=True)
-            per_client = engine.cross_entropy(out) + penalties(params)
-            grads = torch.autograd.grad(per_client.sum(), params)
-            self.optimizer.step(ks, params, grads)
-            losses = per_client.detach()
-        if epochs:
-            for value in losses.tolist():
-                check_finite(value)
-        if not everyone:
-            with torch.no_grad():
-                for stack, p in zip(self.stacks, params):
-                    stack.index_copy_(0, rows, p)
+            return engine.cross_entropy(out) + penalties(params)
+
+        losses, _ = train_rows(self.stacks, ks, self.federation.train.local_epochs, loss, self.optimizer)
         embeddings = self.functional_embeddings(ks)
         return {k: self.make_upload(k, loss, embedding)
                 for k, loss, embedding in zip(ks, losses.tolist(), embeddings)}
