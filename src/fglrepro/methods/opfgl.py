@@ -10,12 +10,13 @@ node-adaptive distillation from the stage-1 model (stage 2, eqs. 14-17).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.class_statistics import (
@@ -27,6 +28,14 @@ from fglrepro.fl.class_statistics import (
     propagate_features,
 )
 from fglrepro.fl.clients import ClientData
+from fglrepro.fl.engine import (
+    ClientBatch,
+    StackedForward,
+    StackedGCN,
+    StackedOptimizer,
+    client_accuracy,
+    is_symmetric,
+)
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.secure_aggregation import mask_vector, unmask_sum
@@ -34,10 +43,12 @@ from fglrepro.fl.surrogate_graph import (
     LINK_PREDICTORS,
     SurrogateGraph,
     SurrogateSettings,
+    dense_normalized_adjacency,
     generate_surrogate_graph,
 )
-from fglrepro.fl.training import make_optimizer, train_best_validation
+from fglrepro.fl.training import check_finite, make_optimizer, train_best_validation, train_steps
 from fglrepro.methods import register
+from fglrepro.models import GCN
 
 #: Ablation variants (paper Fig. 3 plus stage 1 alone):
 #: ``full`` the method; ``ft`` stage 2 with cross-entropy only; ``ft_focal`` stage 2 with
@@ -136,15 +147,31 @@ class OPFGLHparams:
 
 
 def label_propagation(client: ClientData, num_layers: int, alpha: float) -> Tensor:
-    """Soft labels ``[n, C]`` propagated from the training labels (entries clamped to
-    [0, 1], as PyG's LabelPropagation); rows that received nothing become uniform."""
-    from torch_geometric.nn import LabelPropagation
+    """Soft labels ``[n, C]`` propagated from the training labels; rows that received
+    nothing become uniform.
 
+    PyG's ``LabelPropagation`` (``num_layers`` steps of ``alpha D^-1/2 A D^-1/2 Y + (1 -
+    alpha) Y_0`` without self-loops, entries clamped to [0, 1]) with the same operations, so
+    the same values bit for bit (``tests/test_opfgl_batched.py`` checks it), written here so
+    that a training process does not import PyG, which costs seconds per job.
+    """
     seeds = F.one_hot(client.y, client.num_classes).float()
-    soft = LabelPropagation(num_layers, alpha)(seeds, client.edge_index, mask=client.train_mask)
-    empty = soft.sum(dim=1) == 0
-    soft[empty] = 1.0 / client.num_classes
-    return soft
+    out = torch.zeros_like(seeds)
+    out[client.train_mask] = seeds[client.train_mask]
+    src, dst = client.edge_index
+    degree = seeds.new_zeros(client.num_nodes).scatter_add_(0, dst, seeds.new_ones(dst.numel()))
+    inv_sqrt = degree.pow_(-0.5)
+    inv_sqrt.masked_fill_(inv_sqrt == float("inf"), 0)
+    weight = inv_sqrt[src] * inv_sqrt[dst]
+    residual = (1 - alpha) * out
+    for _ in range(num_layers):
+        messages = weight.view(-1, 1) * out.index_select(0, src)
+        out = torch.zeros_like(out).scatter_add_(0, dst.view(-1, 1).expand_as(messages), messages)
+        out.mul_(alpha).add_(residual)
+        out.clamp_(0.0, 1.0)
+    empty = out.sum(dim=1) == 0
+    out[empty] = 1.0 / client.num_classes
+    return out
 
 
 def class_homophily(client: ClientData) -> Tensor:
@@ -190,10 +217,65 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Tensor, gamma: Ten
     return (gamma * kl).sum() / student_logits.size(0)
 
 
+def focal_terms(log_pt: Tensor, gamma: float) -> Tensor:
+    """``[n]`` focal loss ``-(1 - p_t)^gamma log p_t`` (Lin et al., 2017) of each node from
+    the log-probability ``log_pt [n]`` of its label."""
+    return -(1 - log_pt.exp()) ** gamma * log_pt
+
+
 def focal_loss(logits: Tensor, labels: Tensor, gamma: float) -> Tensor:
-    """Mean focal loss ``-(1 - p_t)^gamma log p_t`` (Lin et al., 2017)."""
-    log_pt = F.log_softmax(logits, dim=1).gather(1, labels.unsqueeze(1)).squeeze(1)
-    return (-(1 - log_pt.exp()) ** gamma * log_pt).mean()
+    """Mean focal loss of ``[n, C]`` logits."""
+    return focal_terms(F.log_softmax(logits, dim=1).gather(1, labels.unsqueeze(1)).squeeze(1), gamma).mean()
+
+
+class BestValidation:
+    """The early stopping of :func:`~fglrepro.fl.training.train_best_validation` for ``m``
+    clients checked together: each keeps the state of its best validation accuracy and stops
+    after ``patience`` checks without a new best.
+
+    Attributes:
+        active: ``[m]`` clients still training.
+        best: the best checked states, stacked ``[m, ...]`` (``None`` before the first check).
+    """
+
+    def __init__(self, num_clients: int, patience: int, device: torch.device) -> None:
+        self.patience = patience
+        self.best_acc = torch.full((num_clients,), -1.0, dtype=torch.float64, device=device)
+        self.stale = torch.zeros(num_clients, dtype=torch.long, device=device)
+        self.active = torch.ones(num_clients, dtype=torch.bool, device=device)
+        self.best: list[Tensor] | None = None
+
+    @torch.no_grad()
+    def check(self, accuracy: Tensor, params: list[Tensor], rows: Tensor) -> Tensor:
+        """Record a check of clients ``rows [m']`` (all ``m`` at the first check; those
+        stopped already are left as they are) with states ``params`` (stacked ``[m', ...]``)
+        and validation ``accuracy [m']``; returns which of them go on (``[m']`` boolean)."""
+        if self.best is None:
+            self.best = [p.new_zeros(self.active.numel(), *p.shape[1:]) for p in params]
+        active = self.active[rows]
+        better = active & (accuracy > self.best_acc[rows])
+        for best, p in zip(self.best, params):
+            best[rows[better]] = p[better]
+        self.best_acc[rows[better]] = accuracy[better]
+        self.stale[rows] = torch.where(better, 0, self.stale[rows] + active.long())
+        self.active[rows] = active & (self.stale[rows] < self.patience)
+        return self.active[rows]
+
+    def result(self, params: list[Tensor]) -> list[Tensor]:
+        """The best checked states, or ``params`` (the last, of all ``m`` clients) if no
+        check happened."""
+        return self.best if self.best is not None else [p.detach() for p in params]
+
+
+def batched_training_possible(federation: Federation) -> bool:
+    """Whether the clients' two training stages can run batched (:meth:`OPFGL.train_batched`):
+    not under ``train.engine: sequential``, and every client a GCN of the federation's
+    architecture without jumping knowledge, on a symmetric adjacency (what
+    :class:`~fglrepro.fl.engine.StackedGCN` runs). Heterogeneous clients (``model.clients``)
+    train one by one: their models cannot be stacked."""
+    model = federation.model
+    return (federation.train.engine != "sequential" and not federation.heterogeneous and type(model) is GCN
+            and model.jk is None and all(is_symmetric(c.adj) for c in federation.clients))
 
 
 @register("opfgl")
@@ -201,7 +283,13 @@ class OPFGL(FederatedMethod):
     """One upload of class statistics, one download of a surrogate graph, then two-stage
     personalised training; ``eval_model`` is client k's personalised model (before the
     download, or for a client not sampled: its untrained initial model). Requires
-    ``train.rounds = 1``. Uploads report loss 0: no model is trained before the upload."""
+    ``train.rounds = 1``. Uploads report loss 0: no model is trained before the upload.
+
+    Unless ``train.engine`` is ``sequential``, the server generates the surrogate graph on
+    its fast path (see :func:`~fglrepro.fl.surrogate_graph.generate_surrogate_graph`) and,
+    when :func:`batched_training_possible`, the participants' two stages run batched
+    (:meth:`train_batched`); both agree with the sequential reference up to float rounding.
+    """
 
     label = "O-pFGL"
     Hparams = OPFGLHparams
@@ -217,6 +305,8 @@ class OPFGL(FederatedMethod):
         self.self_seeds: dict[int, int] = {}
         self.pooled: ClassStatistics | None = None
         self.surrogate: SurrogateGraph | None = None
+        #: the clients' GCN in stacked form when their training runs batched, else None
+        self.stacked = StackedGCN(federation.model) if batched_training_possible(federation) else None
 
     def participants(self, round_: int) -> list[int]:
         """The base sample; also draws this round's secure-aggregation seeds (always, so
@@ -277,13 +367,20 @@ class OPFGL(FederatedMethod):
         self.surrogate = generate_surrogate_graph(
             self.pooled, sizes, self.clients[0].x.size(1), hp.surrogate_settings(),
             self.federation.generator, self.clients[0].x.device,
+            fast=self.federation.train.engine != "sequential",
         )
+        if self.stacked is not None:
+            self.train_batched(list(uploads))
 
     def download_bytes(self, k: int) -> int:
         """The surrogate graph: features, dense weighted adjacency and labels."""
         return self.surrogate.num_bytes if self.surrogate is not None else 0
 
     def on_download(self, k: int, round_: int) -> None:
+        """Client ``k``'s two stages (on the batched path they already ran for all
+        participants at the end of :meth:`server_update`)."""
+        if self.stacked is not None:
+            return
         hp, client, graph, model = self.hparams, self.clients[k], self.surrogate, self.states[k].model
         adj = graph.normalized_adjacency()
         train = self.federation.train
@@ -324,3 +421,98 @@ class OPFGL(FederatedMethod):
             return self.clients[k].x.new_full((self.clients[k].num_nodes,), hp.fixed_gamma)
         return distillation_weights(self.soft_labels[k], self.homophily[k], hp.beta,
                                     hp.gamma_min, hp.gamma_max)
+
+    def train_batched(self, ks: list[int]) -> None:
+        """:meth:`on_download` for all participants ``ks`` at once, up to float rounding.
+
+        Stage 1: the clients start from the same initial model (a homogeneous federation) and
+        minimise the same loss on the same surrogate graph, so their runs are one run until
+        each stops. It is trained once (fused Adam, the dense adjacency of the small graph)
+        and checked every ``eval_every`` steps on every client's validation nodes together;
+        each client keeps its best checked state and stops after ``patience`` checks without
+        a new best. With dropout, the clients share one draw of masks instead of one each.
+
+        Stage 2: every client fine-tunes from its stage-1 state on its own graph, all at
+        once on the disjoint union of their graphs (:class:`~fglrepro.fl.engine.StackedGCN`,
+        one stacked Adam state per client, each client's loss its own); clients that stop
+        leave the union at that check.
+        """
+        hp = self.hparams
+        batch = ClientBatch.of([self.clients[k] for k in ks], ks)
+        models = [self.states[k].model for k in ks]
+        params = self.surrogate_stage_batched(models[0], batch)
+        if hp.variant != "global":
+            params = self.finetune_stage_batched(params, batch)
+        self.stacked.scatter(params, models)
+
+    def surrogate_stage_batched(self, model: nn.Module, batch: ClientBatch) -> list[Tensor]:
+        """Stage 1 from the clients' common initial ``model`` (left unchanged); returns
+        each client's best state, stacked ``[m, ...]`` in the engine layout."""
+        hp, graph, m = self.hparams, self.surrogate, batch.num_clients
+        model = copy.deepcopy(model)
+        adj = dense_normalized_adjacency(graph.weights)
+        optimizer = make_optimizer(model, replace(self.federation.train, lr=hp.stage1_lr), fused=True)
+        tracker = BestValidation(m, hp.patience, graph.x.device)
+        everyone = torch.arange(m, device=graph.x.device)
+
+        def for_everyone(shared: list[Tensor]) -> list[Tensor]:
+            return [p.unsqueeze(0).expand(m, *p.shape) for p in shared]
+
+        for step in range(1, hp.stage1_steps + 1):
+            train_steps(optimizer, [model], 1, lambda: F.cross_entropy(model(graph.x, adj), graph.y))
+            if step % hp.eval_every:
+                continue
+            shared = self.stacked.single(model)
+            if not tracker.check(self.validation_accuracy(shared, batch), for_everyone(shared), everyone).any():
+                break
+        return tracker.result(for_everyone(self.stacked.single(model)))
+
+    def finetune_stage_batched(self, start: list[Tensor], batch: ClientBatch) -> list[Tensor]:
+        """Stage 2 from the stacked stage-1 states ``start``; returns each client's best
+        state, stacked ``[m, ...]``."""
+        hp = self.hparams
+        with torch.no_grad():
+            teacher = F.softmax(self.stacked.forward(start, batch, training=False).logits, dim=-1)
+        gammas = [self.node_gamma(k) for k in batch.clients]
+        gamma = None if gammas[0] is None else torch.cat(gammas)
+        params = [p.detach().clone().requires_grad_(True) for p in start]
+        optimizer = StackedOptimizer(params, batch.num_clients, replace(self.federation.train, lr=hp.finetune_lr))
+        tracker = BestValidation(batch.num_clients, hp.patience, teacher.device)
+        rows = torch.arange(batch.num_clients, device=teacher.device)
+        for step in range(1, hp.finetune_steps + 1):
+            total = self.finetune_losses(self.stacked.forward(params, batch, training=True), teacher, gamma).sum()
+            optimizer.step(rows.tolist(), params, torch.autograd.grad(total, params))
+            check_finite(total.item())
+            if step % hp.eval_every:
+                continue
+            going = tracker.check(self.validation_accuracy(params, batch), params, rows)
+            if not going.any():
+                break
+            if not going.all():
+                nodes = going[batch.batch]
+                teacher, gamma = teacher[nodes], None if gamma is None else gamma[nodes]
+                rows, params = rows[going], [p.detach()[going].requires_grad_(True) for p in params]
+                positions = [batch.clients[i] for i in going.nonzero().flatten().tolist()]
+                batch = ClientBatch.of([self.clients[k] for k in positions], positions)
+        return tracker.result(params)
+
+    def finetune_losses(self, out: StackedForward, teacher: Tensor, gamma: Tensor | None) -> Tensor:
+        """``[m]`` each client's stage-2 loss (``stage2_loss`` of :meth:`on_download`) from a
+        batched forward pass and the stage-1 model's probabilities ``teacher [N, C]``."""
+        batch, train = out.batch, out.batch.train_mask
+        log_probs = F.log_softmax(out.logits, dim=-1)
+        log_pt = log_probs[train].gather(1, batch.y[train].unsqueeze(1)).squeeze(1)
+        terms = focal_terms(log_pt, self.hparams.focal_gamma) if self.hparams.variant == "ft_focal" else -log_pt
+        counts = torch.bincount(batch.batch[train], minlength=batch.num_clients).clamp_min(1)
+        losses = batch.per_client_sum(terms, train) / counts
+        if gamma is not None:
+            kl = F.kl_div(log_probs, teacher, reduction="none").sum(dim=1)
+            losses = losses + batch.per_client_sum(gamma * kl) / batch.sizes
+        return losses
+
+    @torch.no_grad()
+    def validation_accuracy(self, params: list[Tensor], batch: ClientBatch) -> Tensor:
+        """``[m]`` validation accuracy of each client's model (``params`` stacked ``[m, ...]``,
+        or shared: one model for all)."""
+        pred = self.stacked.forward(params, batch, training=False).logits.argmax(dim=-1)
+        return client_accuracy(pred, batch, batch.val_mask)
