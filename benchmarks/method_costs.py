@@ -108,8 +108,9 @@ def main() -> None:
                 study, _, dataset, clients = key
                 reference = (*FEDAVG[study], dataset, clients)
                 for prefix, src in trees.items():
-                    for job in (reference, key):
-                        samples.setdefault((prefix, job), []).append(measure(jobs[job], src, Path(tmp) / "run.json"))
+                    for job, label in ((reference, "fedavg"), (key, "own")):
+                        samples.setdefault((prefix, key, label), []).append(
+                            measure(jobs[job], src, Path(tmp) / "run.json"))
                 print(f"repeat {repeat + 1}/{args.repeats}: {key}", flush=True)
     rows = []
     for key in sorted(selected):
@@ -117,8 +118,7 @@ def main() -> None:
         spec = json.loads(jobs[key][jobs[key].index("--spec") + 1])
         row = {"method": spec["method"], "study": study, "run": run, "dataset": dataset, "clients": clients}
         for prefix in trees:
-            own = samples[prefix, key]
-            fedavg = samples[prefix, (*FEDAVG[study], dataset, clients)][:len(own)]
+            own, fedavg = samples[prefix, key, "own"], samples[prefix, key, "fedavg"]
             seconds = statistics.median(cpu for cpu, _ in own)
             fedavg_seconds = statistics.median(cpu for cpu, _ in fedavg)
             row.update({f"{prefix}seconds": round(seconds, 2), f"{prefix}fedavg_seconds": round(fedavg_seconds, 2),
