@@ -454,10 +454,9 @@ class VectorisedEngine:
         for p in params:
             p.requires_grad_(True)
         optimizer = StackedOptimizer(params, len(ks), train)
-        best_acc = self._validation_accuracy(params, batch)
-        best = [p.detach().clone() for p in params]
-        stale = torch.zeros(len(ks), dtype=torch.long, device=best_acc.device)
-        active = torch.ones(len(ks), dtype=torch.bool, device=best_acc.device)
+        tracker = BestValidation(len(ks), patience, params[0].device)
+        tracker.start(validation_accuracy(self.model, params, batch), params)
+        rows = torch.arange(len(ks), device=params[0].device)
         for _ in range(steps):
             out = self.model.forward(params, batch, training=True)
             grads = torch.autograd.grad(self.cross_entropy(out).sum(), params)
@@ -465,24 +464,66 @@ class VectorisedEngine:
             optimizer.step(ks, params, grads)
             with torch.no_grad():
                 for p, old in zip(params, before):
-                    keep = ~active.view(-1, *([1] * (p.dim() - 1)))
+                    keep = ~tracker.active.view(-1, *([1] * (p.dim() - 1)))
                     p.copy_(torch.where(keep, old, p))
-            acc = self._validation_accuracy(params, batch)
-            better = active & (acc > best_acc)
-            stale = torch.where(better, 0, stale + active.long())
-            best_acc = torch.where(better, acc, best_acc)
-            with torch.no_grad():
-                for b, p in zip(best, params):
-                    b[better] = p[better]
-            active &= stale < patience
-            if not active.any():
+            if not tracker.check(validation_accuracy(self.model, params, batch), params, rows).any():
                 break
-        self.model.scatter(best, models)
+        self.model.scatter(tracker.result(params), models)
+
+
+class BestValidation:
+    """The early stopping of :func:`~fglrepro.fl.training.train_best_validation` for ``m``
+    clients checked together: each keeps the state of its best validation accuracy and stops
+    after ``patience`` checks without a new best (:meth:`start` makes the starting state the
+    first candidate, as ``start_is_candidate``).
+
+    Attributes:
+        active: ``[m]`` clients still training.
+        best: the best checked states, stacked ``[m, ...]`` (``None`` before the first check).
+    """
+
+    def __init__(self, num_clients: int, patience: int, device: torch.device) -> None:
+        self.patience = patience
+        self.best_acc = torch.full((num_clients,), -1.0, dtype=torch.float64, device=device)
+        self.stale = torch.zeros(num_clients, dtype=torch.long, device=device)
+        self.active = torch.ones(num_clients, dtype=torch.bool, device=device)
+        self.best: list[Tensor] | None = None
 
     @torch.no_grad()
-    def _validation_accuracy(self, params: list[Tensor], batch: ClientBatch) -> Tensor:
-        pred = self.model.forward(params, batch, training=False).logits.argmax(dim=-1)
-        return client_accuracy(pred, batch, batch.val_mask)
+    def start(self, accuracy: Tensor, params: list[Tensor]) -> None:
+        """The starting states ``params`` (stacked ``[m, ...]``) of all clients, with validation
+        ``accuracy [m]``, as their best so far (no check counted, every client active)."""
+        self.best_acc = accuracy.clone()
+        self.best = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def check(self, accuracy: Tensor, params: list[Tensor], rows: Tensor) -> Tensor:
+        """Record a check of clients ``rows [m']`` (all ``m`` at the first check; those
+        stopped already are left as they are) with states ``params`` (stacked ``[m', ...]``)
+        and validation ``accuracy [m']``; returns which of them go on (``[m']`` boolean)."""
+        if self.best is None:
+            self.best = [p.new_zeros(self.active.numel(), *p.shape[1:]) for p in params]
+        active = self.active[rows]
+        better = active & (accuracy > self.best_acc[rows])
+        for best, p in zip(self.best, params):
+            best[rows[better]] = p[better]
+        self.best_acc[rows[better]] = accuracy[better]
+        self.stale[rows] = torch.where(better, 0, self.stale[rows] + active.long())
+        self.active[rows] = active & (self.stale[rows] < self.patience)
+        return self.active[rows]
+
+    def result(self, params: list[Tensor]) -> list[Tensor]:
+        """The best checked states, or ``params`` (the last, of all ``m`` clients) if no
+        check happened."""
+        return self.best if self.best is not None else [p.detach() for p in params]
+
+
+@torch.no_grad()
+def validation_accuracy(model: StackedGCN, params: list[Tensor], batch: ClientBatch) -> Tensor:
+    """``[m]`` validation accuracy of each client's model (``params`` stacked ``[m, ...]``, or
+    shared: one model for all)."""
+    pred = model.forward(params, batch, training=False).logits.argmax(dim=-1)
+    return client_accuracy(pred, batch, batch.val_mask)
 
 
 def client_accuracy(pred: Tensor, batch: ClientBatch, mask: Tensor) -> Tensor:

@@ -29,12 +29,13 @@ from fglrepro.fl.class_statistics import (
 )
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.engine import (
+    BestValidation,
     ClientBatch,
     StackedForward,
     StackedGCN,
     StackedOptimizer,
-    client_accuracy,
     is_symmetric,
+    validation_accuracy,
 )
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
@@ -226,45 +227,6 @@ def focal_terms(log_pt: Tensor, gamma: float) -> Tensor:
 def focal_loss(logits: Tensor, labels: Tensor, gamma: float) -> Tensor:
     """Mean focal loss of ``[n, C]`` logits."""
     return focal_terms(F.log_softmax(logits, dim=1).gather(1, labels.unsqueeze(1)).squeeze(1), gamma).mean()
-
-
-class BestValidation:
-    """The early stopping of :func:`~fglrepro.fl.training.train_best_validation` for ``m``
-    clients checked together: each keeps the state of its best validation accuracy and stops
-    after ``patience`` checks without a new best.
-
-    Attributes:
-        active: ``[m]`` clients still training.
-        best: the best checked states, stacked ``[m, ...]`` (``None`` before the first check).
-    """
-
-    def __init__(self, num_clients: int, patience: int, device: torch.device) -> None:
-        self.patience = patience
-        self.best_acc = torch.full((num_clients,), -1.0, dtype=torch.float64, device=device)
-        self.stale = torch.zeros(num_clients, dtype=torch.long, device=device)
-        self.active = torch.ones(num_clients, dtype=torch.bool, device=device)
-        self.best: list[Tensor] | None = None
-
-    @torch.no_grad()
-    def check(self, accuracy: Tensor, params: list[Tensor], rows: Tensor) -> Tensor:
-        """Record a check of clients ``rows [m']`` (all ``m`` at the first check; those
-        stopped already are left as they are) with states ``params`` (stacked ``[m', ...]``)
-        and validation ``accuracy [m']``; returns which of them go on (``[m']`` boolean)."""
-        if self.best is None:
-            self.best = [p.new_zeros(self.active.numel(), *p.shape[1:]) for p in params]
-        active = self.active[rows]
-        better = active & (accuracy > self.best_acc[rows])
-        for best, p in zip(self.best, params):
-            best[rows[better]] = p[better]
-        self.best_acc[rows[better]] = accuracy[better]
-        self.stale[rows] = torch.where(better, 0, self.stale[rows] + active.long())
-        self.active[rows] = active & (self.stale[rows] < self.patience)
-        return self.active[rows]
-
-    def result(self, params: list[Tensor]) -> list[Tensor]:
-        """The best checked states, or ``params`` (the last, of all ``m`` clients) if no
-        check happened."""
-        return self.best if self.best is not None else [p.detach() for p in params]
 
 
 def batched_training_possible(federation: Federation) -> bool:
@@ -463,7 +425,7 @@ class OPFGL(FederatedMethod):
             if step % hp.eval_every:
                 continue
             shared = self.stacked.single(model)
-            if not tracker.check(self.validation_accuracy(shared, batch), for_everyone(shared), everyone).any():
+            if not tracker.check(validation_accuracy(self.stacked, shared, batch), for_everyone(shared), everyone).any():
                 break
         return tracker.result(for_everyone(self.stacked.single(model)))
 
@@ -485,7 +447,7 @@ class OPFGL(FederatedMethod):
             check_finite(total.item())
             if step % hp.eval_every:
                 continue
-            going = tracker.check(self.validation_accuracy(params, batch), params, rows)
+            going = tracker.check(validation_accuracy(self.stacked, params, batch), params, rows)
             if not going.any():
                 break
             if not going.all():
@@ -509,10 +471,3 @@ class OPFGL(FederatedMethod):
             kl = F.kl_div(log_probs, teacher, reduction="none").sum(dim=1)
             losses = losses + batch.per_client_sum(gamma * kl) / batch.sizes
         return losses
-
-    @torch.no_grad()
-    def validation_accuracy(self, params: list[Tensor], batch: ClientBatch) -> Tensor:
-        """``[m]`` validation accuracy of each client's model (``params`` stacked ``[m, ...]``,
-        or shared: one model for all)."""
-        pred = self.stacked.forward(params, batch, training=False).logits.argmax(dim=-1)
-        return client_accuracy(pred, batch, batch.val_mask)
