@@ -425,7 +425,8 @@ class OPFGL(FederatedMethod):
             if step % hp.eval_every:
                 continue
             shared = self.stacked.single(model)
-            if not tracker.check(validation_accuracy(self.stacked, shared, batch), for_everyone(shared), everyone).any():
+            accuracy = validation_accuracy(self.stacked, shared, batch)
+            if not tracker.check(accuracy, for_everyone(shared), everyone).any():
                 break
         return tracker.result(for_everyone(self.stacked.single(model)))
 
