@@ -22,7 +22,7 @@ import torch
 from torch_geometric.utils import to_undirected
 
 from fglrepro.config import ConfigError
-from fglrepro.data.checksums import sha256
+from fglrepro.data.checksums import ChecksumError, sha256
 from fglrepro.data.download import fetch_raw
 from fglrepro.data.prepare import prepare_graph
 from fglrepro.data.registry import DATASETS, DatasetSpec, get_dataset
@@ -214,7 +214,7 @@ def test_official_loader_parses_native_raw_files(tmp_path, name):
     assert_same_graph(data, graph)
 
 
-@pytest.mark.parametrize("name", ["ogbn-arxiv", "Actor"])
+@pytest.mark.parametrize("name", ["ogbn-arxiv", "genius"])
 def test_fetch_raw_from_mirror(tmp_path, name):
     spec = get_dataset(name)
     mirror = tmp_path / "mirror"
@@ -226,6 +226,18 @@ def test_fetch_raw_from_mirror(tmp_path, name):
     assert not record["pinned"]
     data = prepare_graph(spec, tmp_path / "raw", largest_component=False, normalize_features=False)
     assert_same_graph(data, graph)
+
+
+@pytest.mark.parametrize("name", ["Actor", "Photo", "CS"])
+def test_pinned_digest_wins_over_a_mirrors_own_sums(tmp_path, name):
+    """A mirror's SHA256SUMS cannot vouch for other bytes than the official files the package pins."""
+    spec = get_dataset(name)
+    mirror = tmp_path / "mirror" / spec.mirror_subdir
+    write_raw(mirror, spec)
+    (mirror / "SHA256SUMS").write_text("".join(f"{sha256(mirror / f)}  {f}\n" for f in spec.raw_files))
+    with pytest.raises(ChecksumError, match=rf"checksum mismatch for {mirror / spec.raw_files[0]} .*pinned"):
+        fetch_raw(spec, tmp_path / "raw", tmp_path / "mirror")
+    assert not (tmp_path / "raw" / spec.raw_subdir / spec.raw_files[0]).exists()
 
 
 def test_stale_ogb_release_is_an_error_naming_the_folder(tmp_path):

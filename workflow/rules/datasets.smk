@@ -1,14 +1,16 @@
 """Stage 1: verified raw files, then the canonical prepared graph."""
 
+from fglrepro.data.download import mirror_arguments
+
 
 rule download:
     output:
-        DATA + "/raw/{dataset}/download.json",
+        in_data("raw/{dataset}/download.json"),
     params:
-        root=DATA + "/raw",
-        mirror=["--mirror", config["mirror"]] if config["mirror"] else [],
+        root=lambda w: in_data("raw"),
+        mirror=lambda w: mirror_arguments(DATASETS[w.dataset], config["mirror"]),
     log:
-        RESULTS + "/logs/download/{dataset}.log",
+        in_results("logs/download/{dataset}.log"),
     shell:
         "fgl-data download --dataset {wildcards.dataset} --root {params.root:q} {params.mirror:q}"
         " --out {output:q} > {log:q} 2>&1"
@@ -16,12 +18,12 @@ rule download:
 
 rule prepare:
     input:
-        record=DATA + "/raw/{dataset}/download.json",
+        record=in_data("raw/{dataset}/download.json"),
         code=source_closure(PKG / "data" / "prepare.py", PKG / "data" / "graph.py"),
     output:
-        DATA + "/prepared/{dataset}/{prep}.pt",
+        in_data("prepared/{dataset}/{prep}.pt"),
     params:
-        root=DATA + "/raw",
+        root=lambda w: in_data("raw"),
         flags=lambda w: " ".join(
             {"lcc": "--largest-component", "norm": "--normalize-features"}[f]
             for f in w.prep.split("-") if f != "plain"
@@ -30,7 +32,7 @@ rule prepare:
         mem_mb=lambda w: dataset_resources(w.dataset, "mem_mb"),
         runtime=lambda w: dataset_resources(w.dataset, "runtime"),
     log:
-        RESULTS + "/logs/prepare/{dataset}_{prep}.log",
+        in_results("logs/prepare/{dataset}_{prep}.log"),
     shell:
         "fgl-data prepare --dataset {wildcards.dataset} --root {params.root:q} --record {input.record:q} {params.flags}"
         " --out {output:q} > {log:q} 2>&1"

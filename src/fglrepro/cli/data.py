@@ -1,7 +1,7 @@
 r"""``fgl-data``: fetch verified raw files, and write the canonical prepared graph.
 
-    fgl-data download --dataset Cora --root data/raw --mirror resources/datasets/planetoid \
-        --out data/raw/Cora/download.json
+    fgl-data download --dataset Photo --root data/raw --mirror resources/datasets --mirror ../shared/datasets \
+        --out data/raw/Photo/download.json
     fgl-data prepare --dataset Cora --root data/raw --record data/raw/Cora/download.json \
         [--largest-component] [--normalize-features] --out data/prepared/Cora/plain.pt
 """
@@ -17,20 +17,34 @@ log = logging.getLogger("fgl-data")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fgl-data", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    download = sub.add_parser("download", help="place verified raw files in the loader's layout")
-    download.add_argument("--dataset", required=True)
+    from fglrepro.data.registry import DATASETS
+
+    examples = ["  " + " ".join(line.split()) for line in __doc__.replace("\\\n", " ").splitlines()
+                if line.strip().startswith("fgl-data ")]
+    parser = argparse.ArgumentParser(prog="fgl-data", description=__doc__.splitlines()[0],
+                                     epilog="examples (fgl-data COMMAND --help for its keys):\n" + "\n".join(examples),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def example(name: str) -> dict:
+        return {"epilog": "example:\n" + "\n".join(e for e in examples if e.startswith(f"  fgl-data {name} ")),
+                "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+    datasets = f"one of {', '.join(sorted(DATASETS))}"
+    download = sub.add_parser("download", help="place verified raw files in the loader's layout", **example("download"))
+    download.add_argument("--dataset", required=True, metavar="NAME", help=datasets)
     download.add_argument("--root", required=True, help="raw root directory of the loaders")
-    download.add_argument("--mirror", default=None, help="directory with raw files + SHA256SUMS")
+    download.add_argument("--mirror", action="append", default=None,
+                          help="mirror root (subfolders planetoid/, amazon/, coauthor/, actor/, ...) or folder of raw "
+                               "files; repeat for several, searched in order")
     download.add_argument("--out", required=True, help="JSON record of the verified files")
-    prepare = sub.add_parser("prepare", help="write the canonical graph of a dataset")
-    prepare.add_argument("--dataset", required=True)
-    prepare.add_argument("--root", required=True)
+    prepare = sub.add_parser("prepare", help="write the canonical graph of a dataset", **example("prepare"))
+    prepare.add_argument("--dataset", required=True, metavar="NAME", help=datasets)
+    prepare.add_argument("--root", required=True, help="raw root directory (as for download)")
     prepare.add_argument("--record", help="download record (download.json) whose digests the raw files must match")
-    prepare.add_argument("--largest-component", action="store_true")
-    prepare.add_argument("--normalize-features", action="store_true")
-    prepare.add_argument("--out", required=True)
+    prepare.add_argument("--largest-component", action="store_true", help="keep the largest connected component")
+    prepare.add_argument("--normalize-features", action="store_true", help="row-normalise the node features")
+    prepare.add_argument("--out", required=True, help="prepared graph (.pt)")
     return parser.parse_args(argv)
 
 

@@ -1,9 +1,10 @@
-"""Verified acquisition of raw dataset files: bundled mirror first, official loader otherwise."""
+"""Verified acquisition of raw dataset files: a mirror first, the official loader otherwise."""
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from fglrepro.config import ConfigError
@@ -14,56 +15,102 @@ log = logging.getLogger(__name__)
 
 PINNED_SUMS = Path(__file__).with_name("pinned_sha256sums.txt")
 
+Mirrors = str | Path | Sequence[str | Path] | None
+
 
 def pinned_checksums() -> dict[str, str]:
     """SHA-256 of official raw files known to the project (file name -> digest)."""
     return read_sums(PINNED_SUMS)
 
 
-def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: str | Path | None) -> dict:
+def mirror_roots(mirror: Mirrors) -> list[Path]:
+    """The config key ``mirror`` (``null``, one directory or a list of them) as a list of paths."""
+    if mirror is None:
+        return []
+    if isinstance(mirror, (str, Path)):
+        return [Path(mirror)] if str(mirror) else []
+    return [Path(root) for root in mirror]
+
+
+def mirror_folders(spec: DatasetSpec, mirror: Mirrors) -> list[Path]:
+    """Folders that may hold ``spec``'s raw files, in search order: for each mirror root its
+    subfolder ``spec.mirror_subdir`` (the layout of ``../shared/datasets``: ``planetoid/``,
+    ``amazon/``, ``coauthor/``, ``actor/``), then the root itself (a folder of raw files, such as
+    ``resources/datasets/planetoid``)."""
+    return [folder for root in mirror_roots(mirror) for folder in (root / spec.mirror_subdir, root)]
+
+
+def missing_files(spec: DatasetSpec, folder: Path) -> list[str]:
+    """``spec``'s raw files that ``folder`` lacks, in ``spec.raw_files`` order."""
+    return [name for name in spec.raw_files if not (folder / name).is_file()]
+
+
+def find_mirror(spec: DatasetSpec, mirror: Mirrors) -> Path | None:
+    """The first of :func:`mirror_folders` that holds all of ``spec``'s raw files, else ``None``."""
+    return next((folder for folder in mirror_folders(spec, mirror) if not missing_files(spec, folder)), None)
+
+
+def mirror_arguments(spec: DatasetSpec, mirror: Mirrors) -> list[str]:
+    """``fgl-data download`` arguments for the config key ``mirror``: ``--mirror <folder>`` for the
+    folder holding all of ``spec``'s raw files (the same arguments whether ``mirror`` names that
+    folder or a root above it, so a changed key reruns no download), else every root."""
+    found = find_mirror(spec, mirror)
+    roots = [found] if found is not None else mirror_roots(mirror)
+    return [arg for root in roots for arg in ("--mirror", str(root))]
+
+
+def copy_verified(spec: DatasetSpec, folder: Path, raw_dir: Path, pinned: dict[str, str]) -> None:
+    """Copy ``spec``'s raw files from the mirror ``folder`` to ``raw_dir``, each checked against its
+    pinned digest, else the one in ``folder/SHA256SUMS``; a mismatch removes the copy and raises
+    :class:`ChecksumError`."""
+    sums_file = folder / "SHA256SUMS"
+    mirror_sums = read_sums(sums_file) if sums_file.is_file() else {}
+    for name in spec.raw_files:
+        expected = pinned.get(name) or mirror_sums.get(name)
+        if expected is None:
+            raise ChecksumError(f"no checksum known for mirror file {folder / name}: neither {PINNED_SUMS} "
+                                f"nor {sums_file} lists it")
+        partial = raw_dir / f"{name}.part"
+        shutil.copyfile(folder / name, partial)
+        try:
+            verify(partial, expected, source=folder / name, sums_file=PINNED_SUMS if name in pinned else sums_file)
+        except ChecksumError:
+            partial.unlink()
+            raise
+        partial.replace(raw_dir / name)
+
+
+def fetch_raw(spec: DatasetSpec, raw_root: str | Path, mirror: Mirrors) -> dict:
     """Place ``spec``'s raw files under ``raw_root`` in the loader's layout, verified.
 
-    If ``mirror`` holds every raw file, they are copied from there; otherwise the
-    official loader downloads them. Each file is checked against the pinned checksum
-    (or, for a mirror, its own ``SHA256SUMS``); a mismatch deletes the file and raises
-    :class:`ChecksumError`. The loader's processed cache is built here too, so that
-    later jobs only read it.
+    ``mirror`` is ``None``, a directory or a list of them: mirror roots laid out as
+    ``../shared/datasets`` (one subfolder per loader) or folders of raw files. From the first
+    folder of :func:`mirror_folders` that holds every raw file they are copied; otherwise the
+    official loader downloads them. Each file is checked against the pinned checksum (or, for
+    a file of a mirror that the package does not pin, the mirror's ``SHA256SUMS``); a mismatch
+    deletes the file and raises :class:`ChecksumError`. The loader's processed cache is built
+    here too, so that later jobs only read it.
 
     Returns a record ``{"dataset", "source", "files": {name: sha256}, "pinned": bool}``.
     """
     raw_dir = Path(raw_root) / spec.raw_subdir
     raw_dir.mkdir(parents=True, exist_ok=True)
     pinned = pinned_checksums()
-    mirror_dir = Path(mirror) if mirror else None
-    if mirror_dir and all((mirror_dir / name).is_file() for name in spec.raw_files):
-        mirror_sums_file = mirror_dir / "SHA256SUMS"
-        mirror_sums = read_sums(mirror_sums_file) if mirror_sums_file.is_file() else {}
-        for name in spec.raw_files:
-            expected = pinned.get(name) or mirror_sums.get(name)
-            if expected is None:
-                raise ChecksumError(f"no checksum known for mirror file {mirror_dir / name}: neither {PINNED_SUMS} "
-                                    f"nor {mirror_sums_file} lists it")
-            partial = raw_dir / f"{name}.part"
-            shutil.copyfile(mirror_dir / name, partial)
-            try:
-                verify(partial, expected, source=mirror_dir / name,
-                       sums_file=PINNED_SUMS if name in pinned else mirror_sums_file)
-            except ChecksumError:
-                partial.unlink()
-                raise
-            partial.replace(raw_dir / name)
-        source = f"mirror:{mirror_dir}"
+    folder = find_mirror(spec, mirror)
+    if folder is not None:
+        copy_verified(spec, folder, raw_dir, pinned)
+        source = f"mirror:{folder}"
     else:
-        log.info("downloading %s through its official loader", spec.name)
+        log.info("downloading %s through its official loader (no mirror folder holds all its raw files)", spec.name)
         source = "download"
-    # The loader downloads what is missing and builds its processed cache now, once, so
-    # that later jobs (several preprocessing variants may run concurrently) only read it.
+    # The loader downloads what is missing and builds its processed cache now, once, so that
+    # later jobs (several preprocessing variants may run concurrently) only read it.
     try:
         load_with_loader(spec, str(raw_root))
     except Exception as err:
         if not is_connection_error(err):
             raise
-        raise ConfigError(offline_message(spec, raw_dir, mirror_dir, err)) from None
+        raise ConfigError(offline_message(spec, raw_dir, mirror, err)) from None
     if source == "download":
         for name in spec.raw_files:
             if name in pinned:
@@ -101,13 +148,18 @@ def is_connection_error(err: BaseException) -> bool:
     return False
 
 
-def offline_message(spec: DatasetSpec, raw_dir: Path, mirror: Path | None, err: BaseException) -> str:
-    """A few lines telling a user without network where to put ``spec``'s raw files."""
-    where = f"{mirror} (with a SHA256SUMS)" if mirror else f"{raw_dir} or a mirror directory"
-    return (f"no network: downloading {spec.name} failed ({type(err).__name__}: {err}).\n"
-            f"Put the raw files {list(spec.raw_files)} in {where} "
-            "or set mirror: <directory with the raw files and a SHA256SUMS> in config/config.yaml "
-            "(or --config mirror=<directory>).")
+def offline_message(spec: DatasetSpec, raw_dir: Path, mirror: Mirrors, err: BaseException) -> str:
+    """A few lines telling a user without network which raw files of ``spec`` each searched mirror
+    folder lacks and which config key points the workflow at a mirror."""
+    searched = [
+        f"  {folder}: " + ("no such folder" if not folder.is_dir() else f"missing {missing_files(spec, folder)}")
+        for folder in mirror_folders(spec, mirror)
+    ]
+    where = "\n".join(["Mirror folders searched:", *searched]) if searched else "No mirror is set."
+    return (f"no network: downloading {spec.name} failed ({type(err).__name__}: {err}).\n{where}\n"
+            f"Put the raw files {list(spec.raw_files)} in {raw_dir} or in <root>/{spec.mirror_subdir}/ "
+            "(with a SHA256SUMS for files the package does not pin), or set mirror: <root> (a directory or a list "
+            "of them) in config/config.yaml (or --config mirror=<root>) to a mirror that holds them.")
 
 
 def verify_recorded(spec: DatasetSpec, raw_root: str | Path, record_path: str | Path) -> None:

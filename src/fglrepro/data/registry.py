@@ -59,6 +59,13 @@ class DatasetSpec:
         choice(self.loader, LOADERS, f"loader of dataset {self.name!r}")
         choice(self.size, SIZES, f"size of dataset {self.name!r}")
 
+    @property
+    def mirror_subdir(self) -> str:
+        """The folder of a mirror root that holds this dataset's raw files: the loader key
+        (``planetoid/``, ``amazon/``, ``coauthor/``, ``actor/``, ... as in ``../shared/datasets``), and
+        for OGB, whose datasets share file names, ``ogbn/<name>``."""
+        return f"ogbn/{self.name}" if self.loader == "ogbn" else self.loader
+
 
 def _named(name: str, loader: str, raw_files: tuple[str, ...], size: str, num_nodes: int) -> DatasetSpec:
     """A loader that takes the dataset's name and keeps its raw files in ``<name>/raw``."""
