@@ -11,6 +11,7 @@ import pytest
 import yaml
 from test_claims import claim, every_cell, make_meta, make_metrics
 
+from fglrepro.report.coverage import FILES as COVERAGE_FILES
 from fglrepro.report.snapshot import RUN_COLUMNS, RUNS, STUDIES, load_claims, read_runs, render, write_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def differences(snapshot: Path, claims: list[dict], paper_dir: Path) -> list[str
     """Files of a snapshot that differ from what its runs.csv and studies.json render to."""
     files = render(read_runs(snapshot / RUNS), json.loads((snapshot / STUDIES).read_text()), claims, paper_dir)
     marker = ".snakemake_timestamp"  # written by Snakemake into a directory() output
-    on_disk = {p.name for p in snapshot.iterdir()} - {RUNS, STUDIES, marker}
+    on_disk = {p.name for p in snapshot.iterdir()} - {RUNS, STUDIES, marker, *COVERAGE_FILES}  # tests/test_coverage.py
     changed = [name for name, text in files.items() if not (snapshot / name).is_file()
                or (snapshot / name).read_text() != text]
     return sorted(changed + sorted(on_disk - set(files)))
@@ -119,3 +120,43 @@ def test_committed_snapshot_tables_and_claims_are_consistent_with_its_runs():
     assert not changed, (f"docs/results/ files {changed} differ from what runs.csv renders to; render them again "
                          "with `fgl-report snapshot --rerender --claims config/paper/claims.yaml --out docs/results` "
                          "(never edit them by hand)")
+
+
+def dirty_metrics(flags: list) -> list[pd.DataFrame]:
+    metrics = make_metrics({"A": every_cell(75.0)})
+    metrics["git_dirty"] = (flags * len(metrics))[:len(metrics)]
+    return [metrics]
+
+
+def test_a_run_from_a_dirty_tree_is_refused_naming_its_run_json(tmp_path):
+    from fglrepro.config import ConfigError
+
+    out = tmp_path / "results"
+    with pytest.raises(ConfigError, match=r"3 run\(s\) were made from a source tree with uncommitted changes.*"
+                                          r"results/runs/s/a/Cora/louvain_x/k5/seed1\.json; commit the code, rerun"):
+        write_snapshot(dirty_metrics([False, True, None]), {"s": make_meta(["A"])}, [], tmp_path, out)
+    assert not out.exists()  # refused before anything is written
+
+
+def test_a_dirty_run_read_back_from_csv_is_refused_and_allow_dirty_accepts_it(tmp_path):
+    from fglrepro.cli.report import main
+
+    csv = tmp_path / "m.csv"
+    dirty_metrics([True, False])[0].to_csv(csv, index=False)
+    args = ["snapshot", "--meta", json.dumps({"s": make_meta(["A"])}), "--paper-dir", str(tmp_path), "--out",
+            str(tmp_path / "out"), str(csv)]
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    assert stop.value.code == 2
+    main([*args, "--allow-dirty"])
+    assert len(read_runs(tmp_path / "out" / RUNS)) == len(pd.read_csv(csv))
+
+
+def test_runs_without_the_flag_or_clean_are_accepted(tmp_path):
+    runs = read_runs(write_snapshot_dir(tmp_path, dirty_metrics([False, None])))
+    assert "git_dirty" not in runs.columns and list(runs.columns) == RUN_COLUMNS
+
+
+def write_snapshot_dir(tmp_path, metrics) -> Path:
+    write_snapshot(metrics, {"s": make_meta(["A"])}, [], tmp_path, tmp_path / "out")
+    return tmp_path / "out" / RUNS

@@ -26,10 +26,8 @@ import logging
 import platform
 import resource
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 from fglrepro.cli.common import run_cli
 
@@ -40,9 +38,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fgl-train", description=__doc__.split("\n\n", 1)[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    import dataclasses
+
+    from fglrepro.config import EvalConfig, ModelConfig, TrainConfig
+
+    keys = "; ".join(f"{name}: {', '.join(f.name for f in dataclasses.fields(cls))}"
+                     for name, cls in (("model", ModelConfig), ("train", TrainConfig), ("evaluation", EvalConfig)))
     parser.add_argument("--spec", required=True,
-                        help="run spec as JSON: method and seed (required), hparams, model, train, evaluation "
-                             "(see below); other keys are copied into the run JSON")
+                        help="run spec as JSON: method and seed (required), hparams (the method's), model, train, "
+                             f"evaluation (keys of each: {keys}); other keys (study, dataset, clients, ...) are "
+                             "copied into the run JSON")
     parser.add_argument("--data", required=True, help="prepared graph (.pt)")
     parser.add_argument("--partition", required=True, help="partition (.pt)")
     parser.add_argument("--out", required=True, help="run JSON output")
@@ -62,6 +67,32 @@ class Stopped(Exception):
         self.signum = signum
 
 
+#: set by the workflow (workflow/rules/common.smk) to Snakemake's process id.
+WORKFLOW_PID = "FGLREPRO_WORKFLOW_PID"
+
+
+def stop_with_workflow(interval_s: float = 1.0) -> None:
+    """Started by the workflow (:data:`WORKFLOW_PID` set): once Snakemake is gone (SIGKILL leaves its
+    jobs running on, their shell included, so the kernel's parent-death signal never comes), send this
+    process SIGTERM, which stops the run as a deliberate stop does (checkpoint kept, no run JSON)."""
+    import os
+    import threading
+
+    from fglrepro.progress import process_alive
+
+    pid = os.environ.get(WORKFLOW_PID, "")
+    if not pid.isdigit():
+        return
+
+    def watch() -> None:
+        while process_alive(int(pid)):
+            time.sleep(interval_s)
+        log.warning("the workflow (Snakemake, pid %s) is gone: stopping this job", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="workflow-watch", daemon=True).start()
+
+
 def raise_on_stop_signals() -> None:
     """SIGTERM and SIGINT raise :class:`Stopped` (instead of dying without a word)."""
     def handler(signum, _frame):
@@ -69,18 +100,6 @@ def raise_on_stop_signals() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
-
-
-def git_commit() -> str:
-    """Commit of the source tree this package runs from, or ``unknown``."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-            text=True, timeout=5,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def resolve_device(name: str):
@@ -152,6 +171,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
     from fglrepro.methods import build_method, check_method, resolve_method
     from fglrepro.models import build_model, set_fast_dropout, set_fast_kernels
     from fglrepro.partition.data import Partition
+    from fglrepro.provenance import provenance
 
     method_spec = resolve_method(spec["method"], spec.get("hparams"))
     model_cfg = from_dict(ModelConfig, spec.get("model"), "model")
@@ -194,7 +214,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
         "hparams": as_dict(method_spec.hparams), "model": as_dict(model_cfg), "train": as_dict(train_cfg),
         "evaluation": as_dict(eval_cfg), "engine": engine,
         "device": str(device), "host": platform.node(), "torch_version": torch.__version__,
-        "package_version": fglrepro.__version__, "git_commit": git_commit(),
+        "package_version": fglrepro.__version__, **provenance(),  # git commit and dirty flag, machine
     }
     progress = RoundProgress(train_cfg.rounds, eval_cfg.average)
     start, start_cpu = time.perf_counter(), time.process_time()
@@ -233,20 +253,21 @@ def main(argv=None) -> None:
         missing = [k for k in ("method", "seed") if k not in spec]
         if missing:
             raise ConfigError(f"--spec lacks required key(s) {missing}")
+        raise_on_stop_signals()  # before the start line: a stop during the set-up is a stop too
+        stop_with_workflow()
         log.info("start: %s", ", ".join(f"{k} {spec[k]}" for k in ("study", "run", "dataset", "clients", "seed")
                                         if k in spec))
-        if args.threads:
-            import torch
-
-            torch.set_num_threads(args.threads)
         checkpoint = None
-        if args.checkpoint_every >= 0:
-            from fglrepro.fl.checkpoint import Checkpoint, run_identity
-
-            identity = run_identity({**spec, "device": args.device}, [args.data, args.partition])
-            checkpoint = Checkpoint(f"{args.out}.ckpt", identity, args.checkpoint_every)
-        raise_on_stop_signals()
         try:
+            if args.threads:
+                import torch
+
+                torch.set_num_threads(args.threads)
+            if args.checkpoint_every >= 0:
+                from fglrepro.fl.checkpoint import Checkpoint, run_identity
+
+                identity = run_identity({**spec, "device": args.device}, [args.data, args.partition])
+                checkpoint = Checkpoint(f"{args.out}.ckpt", identity, args.checkpoint_every)
             record = execute(spec, args.data, args.partition, args.device, checkpoint)
         except Stopped as stop:
             saved = checkpoint.saved_round if checkpoint is not None else None

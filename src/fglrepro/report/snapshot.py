@@ -31,10 +31,39 @@ def run_target(row: Mapping, results_dir: str = "results") -> str:
             f"/seed{row['seed']}.json")
 
 
-def snapshot_runs(metrics: list[pd.DataFrame], results_dir: str = "results") -> pd.DataFrame:
+def dirty_runs(metrics: pd.DataFrame, results_dir: str = "results") -> list[str]:
+    """The run JSONs (targets) of the rows of ``metrics`` whose run recorded a dirty source tree
+    (``git_dirty`` true: uncommitted changes outside results/ and data/, :mod:`fglrepro.provenance`);
+    rows without the column or with an empty value (runs older than the flag) are not counted."""
+    if "git_dirty" not in metrics:
+        return []
+    dirty = metrics["git_dirty"].map(lambda v: v is True or str(v).lower() == "true")
+    return [run_target(row, results_dir) for row in metrics[dirty].to_dict("records")]
+
+
+def check_clean(metrics: pd.DataFrame, results_dir: str = "results") -> None:
+    """Refuse (:class:`~fglrepro.config.ConfigError`) runs made from a dirty tree: their
+    ``git_commit`` does not name the code that made them, so nobody could re-run them."""
+    from fglrepro.config import ConfigError
+
+    dirty = dirty_runs(metrics, results_dir)
+    if dirty:
+        raise ConfigError(
+            f"{len(dirty)} run(s) were made from a source tree with uncommitted changes (git_dirty in the run "
+            f"JSON), e.g. {dirty[0]}; commit the code, rerun them (snakemake --forcerun train -- <run JSON>) and "
+            f"write the snapshot again, or pass --allow-dirty for a draft snapshot not to be committed: "
+            + ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else ""))
+
+
+def snapshot_runs(metrics: list[pd.DataFrame], results_dir: str = "results", allow_dirty: bool = False
+                  ) -> pd.DataFrame:
     """The rows of runs.csv from the studies' metrics CSVs (:func:`fglrepro.report.collect.collect`),
-    in study order."""
-    frame = pd.concat(metrics, ignore_index=True).reindex(columns=RUN_COLUMNS)
+    in study order; runs made from a dirty tree are refused (:func:`check_clean`) unless
+    ``allow_dirty``."""
+    frame = pd.concat(metrics, ignore_index=True)
+    if not allow_dirty:
+        check_clean(frame, results_dir)
+    frame = frame.reindex(columns=RUN_COLUMNS)
     frame["target"] = [run_target(row, results_dir) for row in frame.to_dict("records")]
     return frame
 
@@ -102,10 +131,18 @@ def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.Dat
     lines += ["", "Claims ([claims.md](claims.md), cell by cell in `claims_cells.csv`): "
               + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + " (verdicts weigh each margin against seed "
               "noise; beside them, whether the paper's own table supports the claim).",
+              "", "Coverage ([COVERAGE.md](COVERAGE.md), `COVERAGE.csv`; `fgl-report coverage`, run by the snapshot "
+              "rule): per paper, table or figure and dataset, how many of the paper's seeds ran, or why not.",
               "", "## Re-run a cell", "",
-              "The same seed on CPU gives the same numbers. Each row of `runs.csv` names its Snakemake target "
-              "(`target`, the run JSON); e.g.", "", "```",
+              "Each row of `runs.csv` names its Snakemake target (`target`, the run JSON); e.g.", "", "```",
               "snakemake --cores 1 --config studies=[<study>] only_datasets=all -- <target>", "```", "",
+              "`fgl-report verify --sample 10 [--study S] [--method M] [--seed X]` rebuilds a seeded sample of rows "
+              "(cheapest first), each by the code of its own commit, in a scratch folder and prints, per metric, "
+              "equal / within 0.05 points / differs, "
+              "with the machine's CPU, BLAS and torch build. The same code, seed and torch build give the same "
+              "numbers to the last digit where the BLAS rounds the training's products alike; see the README's "
+              "reproducibility section for other machines. Runs made from a tree with uncommitted changes are not "
+              "admitted to the snapshot.", "",
               "Regenerate the snapshot from `results/` with `snakemake snapshot --cores 1 --forcerun snapshot --config "
               "studies=[...]`, or re-render its tables and claims from `runs.csv` alone (after editing "
               "`config/paper/claims.yaml` or the reported values) with `fgl-report snapshot --rerender --out "
@@ -121,17 +158,20 @@ def write_files(files: Mapping[str, str], out_dir: str | Path) -> None:
 
 
 def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claims: list[dict],
-                   paper_dir: str | Path, out_dir: str | Path, results_dir: str = "results") -> dict[str, str]:
+                   paper_dir: str | Path, out_dir: str | Path, results_dir: str = "results",
+                   allow_dirty: bool = False) -> dict[str, str]:
     """Write runs.csv and studies.json to ``out_dir`` (files of a previous snapshot are removed),
-    then the files :func:`render` derives from them as read back; returns the rendered files."""
+    then the files :func:`render` derives from them as read back; returns the rendered files.
+    Runs made from a dirty tree are refused before anything is written, unless ``allow_dirty``."""
     from fglrepro.io import atomic_write_text
 
+    runs = snapshot_runs(metrics, results_dir, allow_dirty)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
         if old.is_file():
             old.unlink()
-    atomic_write_text(snapshot_runs(metrics, results_dir).to_csv(index=False), out / RUNS)
+    atomic_write_text(runs.to_csv(index=False), out / RUNS)
     atomic_write_text(json.dumps(dict(metas), indent=1, sort_keys=True) + "\n", out / STUDIES)
     return rerender(out, claims, paper_dir)
 

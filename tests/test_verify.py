@@ -1,0 +1,146 @@
+"""``fgl-report verify``: the seeded, cheapest-first choice of snapshot rows, the comparison of
+rebuilt metrics with committed ones, its CLI errors, and one real rebuild through the workflow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fglrepro.config import ConfigError
+from fglrepro.report.verify import (
+    TOLERANCE,
+    candidate_rows,
+    classify,
+    compare,
+    grid_targets,
+    select_runs,
+    selected_point,
+    snakemake_command,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def runs_table(n: int = 40) -> pd.DataFrame:
+    """runs.csv-like rows: methods a..d with wall times rising with the row, one failed row and
+    one FedSage+ row (the cheapest of all)."""
+    rows = [{"study": "s" if i % 2 else "t", "run": f"m{i % 4}", "grid_point": None, "method": "abcd"[i % 4],
+             "dataset": "Cora", "scheme": "louvain_x", "clients": 5, "seed": i, "status": "ok",
+             "test_acc": 80.0 + i, "test_f1_macro": 70.0 + i, "best_round": 10, "rounds_run": 20,
+             "wall_s": float(i + 1)} for i in range(n)]
+    rows[3]["status"] = "diverged"
+    rows.append({**rows[0], "run": "fedsage_plus", "method": "fedsage_plus", "wall_s": 0.5})
+    return pd.DataFrame(rows)
+
+
+def test_selection_is_deterministic_per_seed_and_runs_cheapest_first():
+    runs = runs_table()
+    first, again, other = (select_runs(runs, 6, seed) for seed in (0, 0, 1))
+    assert first.index.tolist() == again.index.tolist()
+    assert set(first.index) != set(other.index)
+    assert first["wall_s"].is_monotonic_increasing and len(first) == 6
+    assert set(first["status"]) == {"ok"}
+
+
+def test_selection_skips_expensive_rows_and_fedsage_plus_unless_asked():
+    runs = runs_table()
+    cheap = candidate_rows(runs, max_seconds=10)
+    assert cheap["wall_s"].max() <= 10 and "fedsage_plus" not in set(cheap["method"])
+    assert len(candidate_rows(runs)) == 39  # 40 ok rows but one failed, FedSage+ left out
+    named = select_runs(runs, 3, methods=["fedsage_plus"])
+    assert named["method"].tolist() == ["fedsage_plus"]
+    only = select_runs(runs, 100, studies=["s"], methods=["b"], max_seconds=None)
+    assert set(only["study"]) == {"s"} and set(only["method"]) == {"b"} and len(only) == 10
+
+
+def test_unknown_study_or_method_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match=r"unknown study \['nope'\]; valid: \['s', 't'\]"):
+        candidate_rows(runs_table(), studies=["nope"])
+    with pytest.raises(ConfigError, match=r"unknown method \['z'\]; valid: \['a', 'b', 'c', 'd', 'fedsage_plus'\]"):
+        candidate_rows(runs_table(), methods=["z"])
+
+
+@pytest.mark.parametrize("rebuilt, verdict", [
+    (80.0, "equal"), (80.0 + TOLERANCE * 0.9, "within"), (80.0 - TOLERANCE, "within"),
+    (80.0 + TOLERANCE * 1.1, "differs"), (79.0, "differs"), (None, "failed"), (float("nan"), "failed"),
+])
+def test_classify(rebuilt, verdict):
+    assert classify(80.0, rebuilt) == verdict
+
+
+def record(acc: float, f1: float, best: int = 10, final: int = 20, val: float = 0.5) -> dict:
+    return {"status": "ok", "metrics": {"best": {"test_acc": acc / 100, "test_f1_macro": f1 / 100, "round": best,
+                                                 "val_acc": val}, "final": {"round": final}}}
+
+
+def test_compare_classifies_every_metric_and_takes_the_worst():
+    row = runs_table().iloc[0].to_dict()
+    equal = compare(row, record(row["test_acc"], row["test_f1_macro"]))
+    assert equal["verdict"] == "equal"
+    assert {equal[f"{k}_verdict"] for k in ("test_acc", "test_f1_macro", "best_round", "rounds_run")} == {"equal"}
+    near = compare(row, record(row["test_acc"] + 0.01, row["test_f1_macro"]))
+    assert near["test_acc_verdict"] == "within" and near["verdict"] == "within"
+    assert near["test_acc_rebuilt"] == pytest.approx(row["test_acc"] + 0.01)
+    far = compare(row, record(row["test_acc"], row["test_f1_macro"] + 1.0))
+    assert far["test_f1_macro_verdict"] == "differs" and far["verdict"] == "differs"
+    moved = compare(row, record(row["test_acc"], row["test_f1_macro"], best=11))
+    assert moved["best_round_verdict"] == "differs" and moved["verdict"] == "differs"
+    assert compare(row, None)["verdict"] == "failed"
+    assert compare(row, {"status": "diverged"})["verdict"] == "failed"
+
+
+def test_grid_targets_and_the_selected_point():
+    row = {"study": "s", "run": "fedgkd", "grid_point": "tau_s=3.0", "dataset": "Cora", "scheme": "metis_x",
+           "clients": 10, "seed": 0}
+    targets = grid_targets(row, {"tau_s": [3.0, 9.0]}, "/tmp/r")
+    assert targets == {"tau_s=3.0": "/tmp/r/runs/s/fedgkd@tau_s=3.0/Cora/metis_x/k10/seed0.json",
+                       "tau_s=9.0": "/tmp/r/runs/s/fedgkd@tau_s=9.0/Cora/metis_x/k10/seed0.json"}
+    points = list(targets)
+    assert selected_point([record(1, 1, val=0.6), record(1, 1, val=0.7)], points) == "tau_s=9.0"
+    assert selected_point([record(1, 1, val=0.7), record(1, 1, val=0.7)], points) == "tau_s=3.0"  # first on ties
+    assert selected_point([None, record(1, 1, val=0.1)], points) == "tau_s=9.0"
+    assert selected_point([None, None], points) is None
+
+
+def test_snakemake_command_names_the_studies_and_scratch_folders():
+    command = snakemake_command(["/r/runs/t/a.json", "/r/runs/s/b.json"], ["t", "s", "t"], "/r", "/d")
+    assert command[1:3] == ["-m", "snakemake"]
+    assert command[command.index("--config") + 1:] == ["studies=[s,t]", "only_datasets=all", "results_dir=/r",
+                                                       "data_dir=/d", "--", "/r/runs/t/a.json", "/r/runs/s/b.json"]
+
+
+def fgl_report(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "fglrepro.cli.report", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_cli_bad_study_name_lists_the_valid_ones():
+    proc = fgl_report("verify", "--sample", "1", "--study", "fedgkd_tabel1")
+    assert proc.returncode == 2
+    assert "unknown study ['fedgkd_tabel1']" in proc.stderr and "'fedgkd_table1'" in proc.stderr
+
+
+@pytest.mark.e2e
+def test_verify_rebuilds_a_cheap_committed_run_at_its_commit_equal(tmp_path):
+    """One FedAvg-family row of the committed snapshot rebuilt from scratch at its own commit
+    (source exported, data prepared, partitioned, trained) gives its committed numbers."""
+    runs = pd.read_csv(REPO / "docs" / "results" / "runs.csv")
+    row = select_runs(runs, 1, 0, ["fedgkd_table1"], ["fedavg"]).iloc[0]
+    proc = fgl_report("verify", "--sample", "1", "--study", "fedgkd_table1", "--method", "fedavg", "--seed", "0",
+                      "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 runs: 1 equal, 0 within, 0 differs, 0 failed" in proc.stdout
+    assert f"rebuilt at {row['git_commit'][:10]}" in proc.stdout
+    assert "machine: " in proc.stdout and "BLAS_INFO" in proc.stdout
+    assert (tmp_path / row["git_commit"][:10] / "source" / "Snakefile").is_file()
+    assert (tmp_path / row["git_commit"][:10] / "results" / "runs" / "fedgkd_table1").is_dir()
+
+
+def test_a_difference_of_exactly_the_tolerance_is_within():
+    assert classify(80.0, 80.25, tolerance=0.25) == "within" and classify(80.0, 79.75, tolerance=0.25) == "within"
+    assert classify(80.0, 80.5, tolerance=0.25) == "differs"
