@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import all_clients, assert_refused, client_models, make_method, method_problems, one_round
+from test_engine import federation
 
+import fglrepro.fl.graph_distillation as distillation
+import fglrepro.fl.task_relator as relator
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.aggregation import parameters_of
 from fglrepro.fl.graph_distillation import sample_edges
@@ -14,7 +17,7 @@ from fglrepro.fl.loop import run_federation
 from fglrepro.fl.method import Upload
 from fglrepro.fl.task_relator import aggregation_weights, kernel_matrix, pearson_relatedness, relator_weights
 from fglrepro.fl.topology import degree_one_hot, structure_encoding
-from fglrepro.methods import get_method
+from fglrepro.methods import build_method, get_method, resolve_method
 from fglrepro.methods.fedavg import FedAvg
 from fglrepro.methods.fedgkd import FedGKDHparams
 from fglrepro.methods.fedstar import DecoupledGCN
@@ -245,3 +248,56 @@ def test_fedstar_shares_only_the_structure_channel(sbm):
     history = run_federation(make_method(sbm, "fedstar", model=READOUT), 2, LOCAL)
     assert history.rounds[-1]["unweighted"]["val_acc"] > 0.3
     assert get_method("fedstar").capabilities(get_method("fedstar").Hparams()).global_model is False
+
+
+# ---- numerical robustness (issue 31 item 3) -------------------------------------------------
+
+class LastBitLogSoftmax:
+    """``torch.nn.functional`` with ``log_softmax`` off in the last bit of most entries, as the
+    AVX2 and AVX-512 kernels of the same torch build differ: what another machine computes."""
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+    @staticmethod
+    def log_softmax(x, dim):
+        out = torch.nn.functional.log_softmax(x, dim)
+        return out * (1 + torch.finfo(out.dtype).eps)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_last_bit_differences_in_the_distillation_do_not_reach_the_models(sbm, monkeypatch, batched):
+    """Three rounds with the distillation's log_softmax off in the last bit (emulated machine
+    difference) upload the same task features, get the same q and the same models as the plain
+    run, bit for bit: the float64 distillation and the rounded R and q absorb it (in float32
+    without rounding, q and the models differed from the first round on)."""
+    def run(perturbed: bool):
+        if perturbed:
+            monkeypatch.setattr(distillation, "F", LastBitLogSoftmax())
+        fed = federation(sbm, clients=4, readout=True, engine="sequential" if batched else None)
+        method = build_method(resolve_method("fedgkd", {"tau_s": 9.0, "nodes_per_class": 3}), fed)
+        assert method.batched_distillation == batched
+        features, weights = [], []
+        for round_ in (1, 2, 3):
+            uploads = one_round(method, round_)
+            features.append([uploads[k].extras["task_feature"] for k in sorted(uploads)])
+            weights.append(method.weights.clone())
+        return features, weights, [parameters_of(s.received) for s in method.states]
+
+    plain, perturbed = run(False), run(True)
+    for round_features, other in zip(plain[0], perturbed[0]):
+        assert all(torch.equal(a, b) for a, b in zip(round_features, other))
+    assert all(torch.equal(a, b) for a, b in zip(plain[1], perturbed[1]))
+    assert all(torch.equal(a[n], b[n]) for a, b in zip(plain[2], perturbed[2]) for n in a)
+
+
+@pytest.mark.parametrize("stage", ["pearson_relatedness", "kernel_matrix", "aggregation_weights"])
+def test_last_bit_differences_in_the_relator_do_not_change_q(monkeypatch, stage):
+    """R and q on their grids: a relator stage off in the last float64 bit (another CPU's
+    reduction order or exp kernel) gives the same q, whose entries are multiples of 2^-30."""
+    m = features(n=6, rows=10, cols=40, seed=3)
+    q = relator_weights(m, "global", tau=0.5, tau_s=9.0, series_start=1)
+    exact = getattr(relator, stage)
+    monkeypatch.setattr(relator, stage, lambda *args: exact(*args) * (1 + torch.finfo(torch.float64).eps))
+    assert torch.equal(relator_weights(m, "global", tau=0.5, tau_s=9.0, series_start=1), q)
+    assert torch.equal(q * 2 ** 30, torch.round(q * 2 ** 30))

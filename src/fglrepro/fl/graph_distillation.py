@@ -5,6 +5,12 @@ Each round the server broadcasts ``X0 [mC, D] ~ N(0, 1)`` and labels ``y0`` with
 class; each client learns ``X_s`` (from ``X0``) and soft labels ``y_s`` (from ``onehot(y0)``)
 that its just-trained model fits (eq. 4). The distilled graph's edges are straight-through
 binary-concrete samples of ``P[A_uv = 1] = sigmoid(<x_u, x_v> - gamma)`` (eq. 5-6).
+
+The distillation runs in float64 (:data:`DTYPE`; the model's parameters are cast, the Gumbel noise
+is drawn as before and cast): its hard edge threshold and Adam's normalised steps turn float32
+rounding differences between machines (e.g. AVX2 vs AVX-512 kernels of ``log_softmax``) into
+differences of up to ~1e-3 in X_s, which FedGKD's server step then spreads over every model; in
+float64 they stay ~1e-12 and vanish when the task feature is rounded to float32 for the upload.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from fglrepro.fl.surrogate_graph import dense_normalized_adjacency
 
 if TYPE_CHECKING:
     from fglrepro.fl.engine import StackedGCN
+
+
+#: dtype of the distillation (X_s, y_s, the model's forward pass on the distilled graph).
+DTYPE = torch.float64
 
 
 @dataclass(frozen=True)
@@ -162,26 +172,24 @@ def distill_graph(model: nn.Module, x0: Tensor, y0: Tensor, num_classes: int, se
     and soft labels ``y_s`` (from ``onehot(y0)``) minimising the soft cross-entropy of
     ``model(X_s, norm(P(X_s)))`` against ``y_s``, with a fresh straight-through edge sample at
     each of ``settings.steps`` Adam steps (Algorithm 2); y_s is kept on the probability simplex
-    by projection after each step. The model runs in evaluation mode (no dropout) and its
-    parameters are not changed. Optimiser, learning rate, projection and evaluation mode are
-    our choices (not stated in paper)."""
+    by projection after each step. The model runs in evaluation mode (no dropout) with its
+    parameters cast to :data:`DTYPE` (the model is not changed); the returned graph is in
+    :data:`DTYPE`. Optimiser, learning rate, projection and evaluation mode are our choices (not
+    stated in paper)."""
     was_training = model.training
     model.eval()
-    params = list(model.parameters())
-    flags = [p.requires_grad for p in params]
-    for p in params:
-        p.requires_grad_(False)
+    weights = {name: t.detach().to(DTYPE) if t.is_floating_point() else t
+               for name, t in [*model.named_parameters(), *model.named_buffers()]}
     num_pairs = x0.size(0) * (x0.size(0) - 1) // 2
     try:
         problem = _Problem(
-            forward=lambda x, adj: model(x, dense_normalized_adjacency(adj), return_hidden=True),
+            forward=lambda x, adj: torch.func.functional_call(model, weights, (x, dense_normalized_adjacency(adj)),
+                                                              {"return_hidden": True}),
             loss=soft_cross_entropy, gram=lambda x: x @ x.T,
-            noise=lambda: gumbel_noise((2, num_pairs), generator).to(x0.device, x0.dtype),
+            noise=lambda: gumbel_noise((2, num_pairs), generator).to(x0.device, DTYPE),
         )
-        return _distill(problem, x0, F.one_hot(y0, num_classes).to(x0.dtype), settings)
+        return _distill(problem, x0.to(DTYPE), F.one_hot(y0, num_classes).to(DTYPE), settings)
     finally:
-        for p, flag in zip(params, flags):
-            p.requires_grad_(flag)
         model.train(was_training)
 
 
@@ -192,21 +200,21 @@ def distill_graphs(model: StackedGCN, params: list[Tensor], x0: Tensor, y0: Tens
     products, one backward pass of the sum of the clients' losses, each client's gradient its
     own; ``X_s X_s^T`` with a one-product gradient). The Gumbel noise is drawn client by
     client, step by step, from ``generator``: the numbers :func:`distill_graph` draws for the
-    same clients in turn, so both agree up to float rounding.
+    same clients in turn, so both agree up to float64 rounding.
 
     Args:
         model: the clients' architecture; ``params`` its parameters stacked over the m clients
             (engine layout, :class:`~fglrepro.fl.engine.StackedGCN`; not changed).
     """
     m, n = params[0].size(0), x0.size(0)
-    params = [p.detach() for p in params]
-    noise = gumbel_noise((m, settings.steps + 1, 2, n * (n - 1) // 2), generator).to(x0.device, x0.dtype)
+    params = [p.detach().to(DTYPE) for p in params]
+    noise = gumbel_noise((m, settings.steps + 1, 2, n * (n - 1) // 2), generator).to(x0.device, DTYPE)
     draws = iter(noise.unbind(dim=1))
     normalise = torch.vmap(dense_normalized_adjacency)
     problem = _Problem(forward=lambda x, adj: dense_stacked_gcn(model, params, x, normalise(adj)),
                        loss=batched_soft_cross_entropy, gram=_Gram.apply, noise=lambda: next(draws))
-    labels0 = F.one_hot(y0, num_classes).to(x0.dtype)
-    return _distill(problem, x0.expand(m, -1, -1), labels0.expand(m, -1, -1), settings)
+    labels0 = F.one_hot(y0, num_classes).to(DTYPE)
+    return _distill(problem, x0.to(DTYPE).expand(m, -1, -1), labels0.expand(m, -1, -1), settings)
 
 
 def _distill(problem: _Problem, x0: Tensor, labels0: Tensor, settings: DistillSettings) -> DistilledGraph:

@@ -1,6 +1,14 @@
 """FedGKD's server-side task relator (Pan et al., NeurIPS 2023 GLFrontiers, section 5.3):
 feature-wise Pearson relatedness of the clients' task features (eq. 10), a kernel over the
-collaboration network (eq. 11) and the personalised aggregation weights ``q`` (eq. 8-9)."""
+collaboration network (eq. 11) and the personalised aggregation weights ``q`` (eq. 8-9).
+
+Everything is computed in float64, and R and q are rounded to fixed grids (:func:`snap`,
+:data:`RELATEDNESS_BITS`, :data:`WEIGHT_BITS`): the float64 reductions, matrix exponential and
+softmax differ between CPUs' kernels in the last bits (~1e-16), and without the rounding those bits
+would reach the personalised models and grow over the rounds. On the grids two machines agree
+unless a value falls within ~1e-16 of a grid boundary (odds ~1e-8 per entry), and q's rows sum
+exactly (multiples of 2^-30 below 1), so that normalising them is exact too.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,17 @@ from fglrepro.config import ConfigError
 #: S of eq. 11: ``global`` = matrix exponential of tau R, ``local`` = R (softmax kernel),
 #: ``square`` = R^2 (two hops), as Figure 5 compares them.
 KERNELS = ("global", "local", "square")
+#: R is rounded to multiples of 2^-24 (~6e-8; entries in [-1, 1]).
+RELATEDNESS_BITS = 24
+#: q is rounded to multiples of 2^-30 (~9e-10; entries in [0, 1]).
+WEIGHT_BITS = 30
+
+
+def snap(values: Tensor, bits: int) -> Tensor:
+    """``values`` rounded to the nearest multiple of ``2^-bits`` (exact float64 operations: a
+    scaling by a power of two, a rounding to an integer and the scaling back)."""
+    scale = float(2 ** bits)
+    return torch.round(values * scale) / scale
 
 
 def pearson_relatedness(features: Tensor) -> Tensor:
@@ -60,5 +79,7 @@ def aggregation_weights(kernel: Tensor, tau_s: float) -> Tensor:
 
 
 def relator_weights(features: Tensor, kernel: str, tau: float, tau_s: float, series_start: int) -> Tensor:
-    """``q [n, n]`` of n clients' task features ``[n, r, F]``: eq. 10, 11 and 9 in turn."""
-    return aggregation_weights(kernel_matrix(pearson_relatedness(features), kernel, tau, series_start), tau_s)
+    """``q [n, n]`` (float64) of n clients' task features ``[n, r, F]``: eq. 10, 11 and 9 in turn,
+    R and q rounded to their grids (:func:`snap`)."""
+    relatedness = snap(pearson_relatedness(features), RELATEDNESS_BITS)
+    return snap(aggregation_weights(kernel_matrix(relatedness, kernel, tau, series_start), tau_s), WEIGHT_BITS)

@@ -204,9 +204,11 @@ class FedGKD(FederatedMethod):
 
     def selected_feature(self, graph: DistilledGraph) -> Tensor:
         """The distilled graph's feature named by ``hparams.task_feature`` (along the last
-        dimension: ``xh`` = ``[X_s || H_s]``)."""
-        return {"x": graph.x, "h": graph.hidden, "labels": graph.labels,
-                "xh": torch.cat([graph.x, graph.hidden], dim=-1)}[self.hparams.task_feature]
+        dimension: ``xh`` = ``[X_s || H_s]``), rounded from the distillation's float64 to the
+        broadcast's dtype (float32) for the upload."""
+        feature = {"x": graph.x, "h": graph.hidden, "labels": graph.labels,
+                   "xh": torch.cat([graph.x, graph.hidden], dim=-1)}[self.hparams.task_feature]
+        return feature.to(self.broadcast[0].dtype)
 
     def static_feature(self, k: int) -> Tensor:
         """Figure 10's static extractor, a stand-in: the paper distils each client's data once
