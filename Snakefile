@@ -4,6 +4,14 @@ download -> prepare -> partition -> train -> aggregate -> tables / figures.
 `snakemake --cores all` builds every study listed in config/config.yaml.
 """
 
+# `snakemake --lint` findings left on purpose:
+# - "Specify a conda environment or container for each rule" (every rule): the rules run the console
+#   scripts (fgl-train, fgl-report, ...) of the environment Snakemake itself runs in (common.smk puts
+#   its bin/ first on PATH), set up once from pyproject.toml (scripts/setup.sh) or environment.yml. A
+#   `conda:` directive naming environment.yml would not work: its `pip: -e .` resolves against the copy
+#   Snakemake makes under .snakemake/conda/, not the repository.
+# - "Environment variable PATH used but not asserted" (common.smk): PATH is only extended there, never
+#   required from the user; `envvars: "PATH"` would also hand the submitting shell's PATH to cluster jobs.
 from snakemake.utils import min_version
 
 min_version("8.10")

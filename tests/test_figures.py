@@ -225,3 +225,71 @@ def test_legend_of_twelve_methods_fits_in_the_figure_below_the_panels(kind, colu
         if ax.get_visible():
             assert legend_box.y1 <= ax.get_window_extent(renderer).y0 + 1.0
     plt.close(fig)
+
+
+def convergence_curves(val_peaks: dict[int, int]) -> pd.DataFrame:
+    """One label on Cora with 5 clients over 6 rounds; seed s's validation accuracy peaks at round
+    ``val_peaks[s]`` (and again later at the same height: the first one is selected)."""
+    rows = []
+    for seed, peak in val_peaks.items():
+        for r in range(1, 7):
+            rows.append({"label": "FedAvg", "dataset": "Cora", "clients": 5, "seed": seed, "round": r,
+                         "val_acc": 80.0 if r in (peak, 6) else 50.0 + r, "test_acc": 60.0 + 2 * r + seed,
+                         "train_loss": 1.0 / r})
+    return pd.DataFrame(rows)
+
+
+def test_convergence_marks_the_round_selected_by_validation():
+    from fglrepro.report.figures import convergence_figure
+
+    meta = {**meta_of({"fedavg": "FedAvg"}), "columns": [["Cora", 5]], "datasets": ["Cora"]}
+    fig = convergence_figure(convergence_curves({0: 2, 1: 4}), meta)
+    (marker,) = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
+    # seed 0 selects round 2 (test 64), seed 1 round 4 (test 69): mean round 3, mean test 66.5
+    assert list(marker.get_xdata()) == [3.0] and list(marker.get_ydata()) == [66.5]
+    assert "round selected by validation" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
+def test_figure_title_sits_right_above_the_panels():
+    """No blank band between the study title and the panels (at most 0.45 inch, panel titles included)."""
+    from fglrepro.report.figures import convergence_figure
+
+    meta = {**meta_of({"fedavg": "FedAvg"}), "columns": [["Cora", 5], ["CiteSeer", 5]],
+            "datasets": ["Cora", "CiteSeer"],
+            "title": "a long study title that wraps over two or three lines in a figure one panel wide"}
+    curves = pd.concat([convergence_curves({0: 2}), convergence_curves({0: 2}).assign(dataset="CiteSeer")])
+    fig = convergence_figure(curves, meta)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title_bottom = fig._suptitle.get_window_extent(renderer).y0
+    panel_top = max(ax.get_tightbbox(renderer).y1 for ax in fig.axes if ax.get_visible())
+    assert 0 <= (title_bottom - panel_top) / fig.dpi <= 0.45
+    plt.close(fig)
+
+
+def test_label_heatmap_marks_graphless_clients():
+    from fglrepro.report.partitions import label_heatmap
+
+    record = {"clients": [{"label_counts": [3, 1], "graphless": False}, {"label_counts": [0, 4], "graphless": True}]}
+    fig = label_heatmap(record, "Cora, louvain, 2 clients")
+    ticks = fig.axes[0].get_yticklabels()
+    assert [t.get_text() for t in ticks] == ["0 (4)", "1 (4) graphless"]
+    assert ticks[1].get_color() == "tab:red" and ticks[0].get_color() != "tab:red"
+    assert "1 graphless client(s)" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
+def test_scatter_one_point_per_compared_cell_on_a_y_equals_x_line():
+    from fglrepro.report.figures import scatter_figure
+
+    cells = pd.DataFrame({"method": ["A", "A", "B", "B"], "metric": ["acc", "f1_macro", "acc", "acc"],
+                          "reported_mean": [80.0, 60.0, 70.0, np.nan], "reproduced_mean": [78.0, 61.0, 71.5, 50.0]})
+    fig = scatter_figure(cells, "SynthPaper")
+    ax = fig.axes[0]
+    points = np.concatenate([c.get_offsets() for c in ax.collections])
+    assert sorted(map(tuple, points)) == [(60.0, 61.0), (70.0, 71.5), (80.0, 78.0)]  # the NaN cell left out
+    (diagonal,) = [line for line in ax.lines if line.get_label() == "y = x"]
+    assert np.array_equal(diagonal.get_xdata(), diagonal.get_ydata())
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["y = x", "± 2 points", "A", "B"]
+    plt.close(fig)

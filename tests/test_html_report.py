@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from fglrepro.cli.report import main as report_main  # noqa: E402
-from fglrepro.report.html import paper_report  # noqa: E402
+from fglrepro.report.html import delta_class, paper_report  # noqa: E402
 from fglrepro.report.tables import cell_summary, comparison  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg", "fedtad": "FedTAD", "broken": "Broken", "flaky": "Flaky"}
@@ -69,15 +69,16 @@ def results(tmp_path):
     reported = pd.DataFrame([
         {"paper": "SynthPaper", "table": "Table 2", "method": m, "dataset": "Cora", "clients": k, "metric": "acc",
          "mean": mean, "std": 0.3}
-        for m, k, mean in [("FedAvg", 5, 80.6), ("FedAvg", 10, 73.6), ("FedTAD", 5, 85.1), ("Ghost", 5, 81.0)]])
+        for m, k, mean in [("FedAvg", 5, 80.6), ("FedAvg", 10, 73.2), ("FedTAD", 5, 85.1), ("Ghost", 5, 81.0)]])
     meta = study_meta()
     res = tmp_path / "results"
     (res / "tables").mkdir(parents=True)
     (res / "figures" / "synth_table2_partitions").mkdir(parents=True)
     comparison(cell_summary(pd.DataFrame(rows)), reported, meta).to_csv(
         res / "tables" / "synth_table2.comparison.csv", index=False)
-    pd.DataFrame({"dataset": ["Cora"], "partitioner": ["louvain"], "clients": [5], "stat": ["nodes"],
-                  "reported": [541.6], "reproduced": [541.6]}).to_csv(
+    pd.DataFrame({"dataset": ["Cora"] * 2, "partitioner": ["louvain"] * 2, "clients": [5] * 2,
+                  "stat": ["nodes", "heterogeneity"], "reported": [548.3, 0.61], "reproduced": [541.6166666666667, 0.6],
+                  "rel_diff_pct": [-1.2369791666666667, -1.639344262295082], "seeds": [3, 3]}).to_csv(
         res / "tables" / "synth_table2.partition_stats.csv", index=False)
     png(res / "figures" / "synth_table2_convergence.png", "tab:blue")
     for name, colour in (("Cora_louvain_k5_seed0", "tab:red"), ("Cora_louvain_k10_seed0", "tab:green")):
@@ -102,18 +103,69 @@ def test_report_embeds_every_figure_and_nothing_external(results):
     sources = re.findall(r'src="([^"]+)"', page)
     pngs = [results / "figures" / "synth_table2_convergence.png",
             *sorted((results / "figures" / "synth_table2_partitions").glob("*.png"))]
-    assert len(sources) == len(pngs) == 3
-    assert [base64.b64decode(s.split(",", 1)[1]) for s in sources] == [p.read_bytes() for p in pngs]
+    assert len(sources) == len(pngs) + 1 == 4  # the reproduced-vs-reported scatter first
+    assert base64.b64decode(sources[0].split(",", 1)[1]).startswith(b"\x89PNG")
+    assert [base64.b64decode(s.split(",", 1)[1]) for s in sources[1:]] == [p.read_bytes() for p in pngs]
     assert "http" not in page.replace("<!DOCTYPE html>", "") and "<link" not in page and "<script" not in page
 
 
-def test_comparison_grid_shows_ours_paper_and_delta(results):
+def grid_cell(page: str, text: str) -> re.Match:
+    """The comparison-grid cell whose text is ``text``: its class and tooltip."""
+    found = re.search(r'<td class="num ?([\w-]*)" title="([^"]*)">' + re.escape(text) + "</td>", page)
+    assert found, text
+    return found
+
+
+def test_comparison_grid_shows_ours_paper_and_delta_coloured_by_the_papers_std(results):
     page = paper_report("SynthPaper", [study_meta()], results, None)
     fedavg5 = np.mean([accuracy("fedavg", 5, s) for s in (0, 1, 2)])
-    assert f"<td>{fedavg5:.1f} (80.6, {fedavg5 - 80.6:+.1f})</td>" in page
+    assert grid_cell(page, f"{fedavg5:.1f} (80.6, {fedavg5 - 80.6:+.1f})").group(1) == "d3"  # 8.6 points, std 0.3
+    fedavg10 = np.mean([accuracy("fedavg", 10, s) for s in (0, 1, 2)])
+    assert grid_cell(page, f"{fedavg10:.1f} (73.2, {fedavg10 - 73.2:+.1f})").group(1) == "d1"  # 0.2 points
     assert "<th>Cora (5) Acc</th>" in page and "<th>Cora (10) Acc</th>" in page
     assert "<td>code not public (81.0)</td>" in page  # the not-reproducible row keeps the paper's value
-    assert "Partition statistics" in page and "<td>541.6</td>" in page
+    assert "≤ 1σ" in page and "&gt; 2σ" in page
+
+
+def test_delta_classes_by_multiples_of_the_papers_std():
+    assert [delta_class(d, 0.5) for d in (0.5, -0.51, 1.0, 1.01, -3.0)] == ["d1", "d2", "d2", "d3", "d3"]
+    assert delta_class(1.0, np.nan) == delta_class(1.0, 0.0) == "nostd" and delta_class(np.nan, 1.0) == ""
+
+
+def test_cells_with_fewer_seeds_say_how_many(results):
+    page = paper_report("SynthPaper", [study_meta()], results, None)
+    assert "mean over n=3 seeds (n=... on a cell with fewer ok seeds)" in page
+    flaky10 = accuracy("flaky", 10, 0)  # 1 of 3 seeds ok
+    assert grid_cell(page, f"{flaky10:.1f} <small>n=1</small>")
+    fedavg5 = np.mean([accuracy("fedavg", 5, s) for s in (0, 1, 2)])
+    assert "n=3" not in grid_cell(page, f"{fedavg5:.1f} (80.6, {fedavg5 - 80.6:+.1f})").group(0)[:-40]
+
+
+def test_summary_counts_close_cells_and_claims_by_verdict(results):
+    page = paper_report("SynthPaper", [study_meta()], results, CLAIMS)
+    summary = page[page.index('<div class="summary">'):page.index("</div>")]
+    # reported: FedAvg 5 and 10, FedTAD 5 (ran) and Ghost 5 (not run); only FedAvg 10 is within 0.6 points
+    assert "3 of the paper's 4 reported cells reproduced; 1 of 3 within 2 points, 1 of 3 with a reported std" in summary
+    assert "1 confirmed, 1 partly, 0 refuted, 0 inconclusive, 0 not run (of 2)" in summary
+    assert "Claims: not evaluated" in paper_report("SynthPaper", [study_meta()], results, None)
+
+
+def test_partition_statistics_are_rounded(results):
+    page = paper_report("SynthPaper", [study_meta()], results, None)
+    stats = page[page.index("Partition statistics"):]
+    assert "<td>541.6</td><td>-1.2 %</td>" in stats and "<td>0.600</td><td>-1.6 %</td>" in stats
+    assert "1.2369791666666667" not in page and "541.6166666666667" not in page
+
+
+def test_inconsistent_reported_values_are_marked_with_the_relation(results):
+    meta = {**study_meta(), "inconsistencies": [
+        {"id": "synth_offset", "method": "FedTAD", "relation": "Table 2 is Table 4 plus 1.00",
+         "cells": [{"dataset": "Cora", "clients": 5, "metric": "acc"}]}]}
+    page = paper_report("SynthPaper", [meta], results, None)
+    fedtad5 = np.mean([accuracy("fedtad", 5, s) for s in (0, 1, 2)])
+    assert grid_cell(page, f"{fedtad5:.1f} (85.1‡, {fedtad5 - 85.1:+.1f})")
+    assert "‡ FedTAD, Table 2" in page and "synth_offset" in page and "Table 4 plus 1.00" in page
+    assert "‡" not in paper_report("SynthPaper", [study_meta()], results, None)
 
 
 def test_captions_say_the_protocol_and_what_is_not_run(results):
@@ -135,12 +187,14 @@ def test_claims_of_the_paper_with_their_verdicts_or_not_evaluated(results):
     missing = paper_report("SynthPaper", [study_meta()], results, None)
     assert "claims not evaluated" in missing
     page = paper_report("SynthPaper", [study_meta()], results, CLAIMS)
-    claims = page[page.index("<h2>Claims</h2>"):page.index("<section")]
+    claims = page[page.index('<h2 id="claims">Claims</h2>'):page.index("<section")]
     assert '<tr class="partly"><td>synth-beats-all</td>' in claims
     assert '<tr class="confirmed"><td>synth-noise</td>' in claims
     assert ("<td>1 clearly hold, 1 within noise (of 2)</td><td>n=3</td>"
             "<td>⚠ no (0 of 2 hold, 0 clearly; 1 clearly fail)</td>") in claims
     assert "<td>n=1-3</td><td>n/a</td>" in claims and "paper_clearly_holds" not in claims
+    main, machine = claims.split("<details>", 1)
+    assert "<th>within_noise</th>" not in main and "<th>within_noise</th>" in machine  # counts folded away
     assert "other-claim" not in claims and "claims not evaluated" not in claims
     assert "claims not evaluated" in paper_report("ThirdPaper", [study_meta()], results, CLAIMS)
 
@@ -152,8 +206,22 @@ def test_summary_table_when_the_paper_reports_no_numbers(results):
     cell_summary(pd.DataFrame(rows)).to_csv(results / "tables" / "synth_fig.csv", index=False)
     page = paper_report("SynthPaper", [meta], results, None)
     assert "Reproduced test accuracy" in page and "<td>60.5 ± 0.7</td>" in page  # sample std of 60, 61: 0.707
+    assert "mean ± std over n=2 seeds" in page
     empty = paper_report("SynthPaper", [{**study_meta("nothing"), "labels": {}, "figures": []}], results, None)
     assert "data protocol only" in empty
+
+
+def test_one_seed_shows_no_std_and_a_not_learning_run_is_marked(results):
+    meta = {**study_meta("synth_one"), "figures": []}
+    rows = [{"label": "FedAvg", "dataset": "Cora", "clients": 5, "seed": 0, "status": "ok", "test_acc": 60.0,
+             "test_f1_macro": 40.0, "learning": "not learning: validation accuracy never above its first round's"},
+            {"label": "FedTAD", "dataset": "Cora", "clients": 5, "seed": 0, "status": "ok", "test_acc": 62.0,
+             "test_f1_macro": 41.0, "learning": np.nan}]
+    cell_summary(pd.DataFrame(rows)).to_csv(results / "tables" / "synth_one.csv", index=False)
+    page = paper_report("SynthPaper", [meta], results, None)
+    assert "(%), mean over n=1 seed (no std)" in page and "±" not in page.split("synth_one")[1]
+    assert "<td>60.0 (n=1) †</td>" in page and "<td>62.0 (n=1)</td>" in page
+    assert "† not learning" in page
 
 
 def test_cli_writes_the_report_and_reads_claims_when_present(results, tmp_path):
@@ -202,7 +270,8 @@ def test_report_renders_in_headless_chromium(results, tmp_path):
     dom = headless(binary, page, "--dump-dom").stdout
     assert "<table>" in dom and "<th>Cora (5) Acc</th>" in dom
     assert '<tr class="partly"><td>synth-beats-all</td>' in dom and "<td>confirmed</td>" in dom
-    assert dom.count("<img") == 3
+    assert dom.count("<img") == 4  # the scatter, the convergence figure, two heat maps
+    assert '<div class="summary">' in dom and '<td class="num d3"' in dom and '<td class="num d1"' in dom
 
 
 @pytest.mark.e2e
@@ -220,5 +289,6 @@ def test_workflow_builds_the_paper_report(repo, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (work / "results" / "report" / "TinyPaper.html").read_text()
     assert "claims not evaluated" in page and "<th>Cora (3) Acc</th>" in page
-    assert page.count("data:image/png;base64,") == 2  # convergence figure + one partition heat map
+    assert page.count("data:image/png;base64,") == 3  # scatter, convergence figure, one partition heat map
+    assert "1 of the paper's 1 reported cells reproduced" in page
     assert "Seeds: 0 (1)" in page and "runs left out by skip_runs" not in page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import time
 
 from fglrepro.fl.loop import RoundProgress
@@ -75,3 +76,46 @@ def test_a_training_job_logs_every_tenth_of_its_rounds_and_after_every_slow_stre
 def test_durations_read_as_a_person_would_say_them():
     assert [duration(s) for s in (20, 29.9 * 60, 95 * 60, 125 * 60)] == [
         "under a minute", "about 30 min", "about 1 h 35 min", "about 2 h 05 min"]
+
+
+def test_a_stopped_run_names_its_stopped_jobs_and_how_to_resume(tmp_path):
+    from fglrepro.progress import stop_message, stopped_jobs
+
+    logs = tmp_path / "logs" / "train"
+    stopped = logs / "s" / "fedavg" / "seed0.log"
+    failed = logs / "s" / "fedprox" / "seed0.log"
+    old = logs / "s" / "moon" / "seed0.log"
+    stop_line = "x WARNING fgl-train: stopped by SIGINT; the checkpoint c holds rounds 1-7"
+    for path, text in ((stopped, f"x INFO start\n{stop_line}"), (failed, "x ERROR ValueError: bad"),
+                       (old, "x WARNING fgl-train: stopped by SIGTERM; old")):
+        path.parent.mkdir(parents=True)
+        path.write_text(text + "\n")
+    since = time.time() - 60
+    os.utime(old, (since - 600, since - 600))  # written by an earlier run
+    found = stopped_jobs(logs, since)
+    assert found == [(stopped, stop_line)]
+    message = stop_message(found)
+    assert "1 training job(s) stopped by a signal" in message and "holds rounds 1-7" in message
+    assert "run the same snakemake command again" in message
+    assert stop_message(stopped_jobs(logs / "none", since)) == ""
+
+
+def test_the_lock_hint_tells_an_active_run_from_a_gone_one(tmp_path):
+    import subprocess
+    import sys
+
+    from fglrepro.progress import lock_hint, process_alive, record_active_run
+
+    locks, active = tmp_path / "locks", tmp_path / "active.json"
+    assert lock_hint(locks, active) == ""  # nothing locked
+    locks.mkdir()
+    (locks / "0.input.lock").write_text("")
+    assert "Another run may be active" in lock_hint(locks, active)  # locked, no record of who
+    record_active_run(os.getpid(), ["snakemake", "--cores", "2"], active)
+    assert "Another run is active" in lock_hint(locks, active) and "Do NOT --unlock" in lock_hint(locks, active)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not process_alive(gone.pid) and process_alive(os.getpid())
+    record_active_run(gone.pid, ["snakemake"], active)
+    assert "left by a run that is gone" in lock_hint(locks, active)
+    assert "`snakemake --unlock` is safe" in lock_hint(locks, active)

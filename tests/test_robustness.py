@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -198,3 +202,76 @@ def test_a_study_where_every_run_diverged_still_gets_a_convergence_figure(tmp_pa
     curves.to_csv(tmp_path / "curves.csv", index=False)
     figure = convergence_figure(pd.read_csv(tmp_path / "curves.csv"), meta)
     assert "no run finished" in figure.axes[0].texts[0].get_text()
+
+
+def processes_in(folder: Path) -> list[int]:
+    """Pids of the processes (other than zombies) whose working directory is ``folder``."""
+    pids = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if cwd.resolve() == folder.resolve() and "Z" not in (cwd.parent / "stat").read_text().rsplit(")", 1)[1][:3]:
+                pids.append(int(cwd.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def start_a_long_training_job(repo, tmp_path) -> tuple[Path, subprocess.Popen, Path]:
+    """A tiny study with one run of 100,000 rounds: ``(workdir, snakemake in a session of its own,
+    the training log)``, returned once the training job has started."""
+    study = {**TINY_STUDY, "seeds": [0], "train": {**TINY_STUDY["train"], "rounds": 100000},
+             "runs": {"fedavg": TINY_STUDY["runs"]["fedavg"]}}
+    work = make_workdir(repo, tmp_path, study)
+    with open(tmp_path / "snakemake.err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=work,
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+    logs = work / "results" / "logs" / "train"
+    wait_for(lambda: any("start:" in p.read_text() for p in logs.rglob("*.log")), 600, "the training job")
+    (log,) = logs.rglob("*.log")
+    return work, proc, log
+
+
+@pytest.mark.e2e
+def test_ctrl_c_says_the_training_job_was_stopped_and_how_to_resume(repo, tmp_path):
+    work, proc, log = start_a_long_training_job(repo, tmp_path)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        proc.wait(timeout=120)
+        err = (tmp_path / "snakemake.err").read_text()
+        assert "stopped by SIGINT" in log.read_text()
+        assert "The run was stopped: 1 training job(s) stopped by a signal (Ctrl-C / SIGTERM), not failed" in err
+        assert "To resume, run the same snakemake command again" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_in(work):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.e2e
+def test_a_training_job_stops_when_snakemake_is_killed(repo, tmp_path):
+    """SIGKILL of Snakemake: its running fgl-train notices within seconds, stops as on SIGTERM (its log
+    says so) and writes no run JSON; the next run's parse says the lock is left by a run that is gone."""
+    work, proc, log = start_a_long_training_job(repo, tmp_path)
+    try:
+        proc.kill()
+        proc.wait()
+        wait_for(lambda: "stopped by SIGTERM" in log.read_text(), 60, "the job to stop")
+        assert "the workflow (Snakemake" in log.read_text() and "is gone: stopping this job" in log.read_text()
+        wait_for(lambda: not processes_in(work), 30, "the job's processes to exit")
+        assert not list((work / "results" / "runs").rglob("*.json"))
+        again = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=work,
+                               capture_output=True, text=True, timeout=300)  # refused: the killed run's lock
+        assert again.returncode != 0 and "left by a run that is gone" in again.stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_in(work):  # what a failed check left running
+            os.kill(pid, signal.SIGKILL)

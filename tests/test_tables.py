@@ -72,3 +72,27 @@ def test_one_seed_prints_the_bare_mean_and_no_zero_std():
     assert one["std"].isna().all()
     text, _ = side_by_side(one, {**META, "rows": ["A"], "columns": [["Cora", 10]]})
     assert text.loc["A", ("Cora", 10, "acc")] == "70.0 (n=1)"
+
+
+def test_a_cell_with_a_run_that_did_not_learn_is_marked_with_a_legend():
+    from fglrepro.report.tables import NOT_LEARNING_MARK, comparison_texts, study_table_texts
+
+    rows = [{"label": label, "dataset": "Cora", "clients": 10, "seed": s, "status": "ok", "test_acc": 70.0 + s,
+             "test_f1_macro": 40.0, "learning": "not learning: loss grew" if (label, s) == ("A", 1) else None}
+            for label in ("A", "B") for s in (0, 1)]
+    summary = cell_summary(pd.DataFrame(rows))
+    assert list(summary.loc[summary.metric == "acc", "not_learning"]) == [1, 0]
+    meta = {**META, "rows": ["A", "B"], "columns": [["Cora", 10]], "study": "s"}
+    text, _ = side_by_side(summary, meta)
+    assert text.loc["A", ("Cora", 10, "acc")] == f"70.5 ± 0.7 {NOT_LEARNING_MARK}"
+    assert NOT_LEARNING_MARK not in text.loc["B", ("Cora", 10, "acc")]
+    files = study_table_texts(summary, meta)
+    assert f"{NOT_LEARNING_MARK} not learning" in files["md"] and r"$^\dagger$" in files["tex"]
+    reported = pd.DataFrame([{"paper": "P", "table": "Table 1", "method": "A", "dataset": "Cora", "clients": 10,
+                              "metric": "acc", "mean": 71.0, "std": 0.5}])
+    table = comparison(summary, reported, meta)
+    md = comparison_texts(table, meta)["md"]
+    assert f"| 70.5 {NOT_LEARNING_MARK} (71.0, -0.5) |" in md and f"{NOT_LEARNING_MARK} not learning" in md
+    # without a learning column (the snapshot's runs.csv): no column, no mark, no legend
+    plain = cell_summary(pd.DataFrame(rows).drop(columns="learning"))
+    assert "not_learning" not in plain.columns and "not learning" not in study_table_texts(plain, meta)["md"]

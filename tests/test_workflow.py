@@ -253,3 +253,58 @@ def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_pat
     # FedSage+: its runtime as the study declares it, its memory from the measured peaks per client count
     assert [requests["fedsage_plus", k] for k in (5, 10, 20)] == [(2500, 120), (4000, 120), (6500, 120)]
     assert requests["fedavg", 10] == (2000, 30)
+
+
+#: `snakemake --lint` findings the Snakefile's header explains (no per-rule conda env; PATH is extended).
+JUSTIFIED_LINTS = ("Specify a conda environment or container for each rule", "Environment variable PATH used")
+
+
+@pytest.mark.e2e
+def test_lint_lists_only_the_findings_the_snakefile_justifies(repo):
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=repo, capture_output=True, text=True,
+                          timeout=600)
+    findings, where = [], None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith("Lints for "):
+            where = line
+        elif line.startswith("    * "):
+            findings.append((where, line.removeprefix("    * ")))
+    assert findings, proc.stderr[-2000:]  # the linter ran
+    unexplained = [f"{where}: {title}" for where, title in findings if not title.startswith(JUSTIFIED_LINTS)]
+    assert not unexplained, "\n".join(unexplained)
+    header = (repo / "Snakefile").read_text()
+    assert "Specify a conda environment" in header and "Environment variable PATH used" in header
+
+
+@pytest.mark.parametrize("command, subcommands", [
+    ("fgl-data", ["download", "prepare"]), ("fgl-partition", ["build", "stats"]), ("fgl-train", []),
+    ("fgl-aggregate", []),
+    ("fgl-report", ["tables", "comparison", "figures", "partition-stats", "claims", "snapshot", "html",
+                    "reproduction"]),
+])
+def test_every_cli_help_lists_its_subcommands_with_a_line_each_and_an_example(command, subcommands):
+    binary = Path(sys.executable).parent / command
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert re.search(rf"\n\s+{command} (--|\w)", out.split("usage:", 1)[1].split("\n", 2)[2]), out  # an example
+    listed = re.findall(r"^    ([\w-]+)(?:\s+|\n\s{10,})\S", out, flags=re.M)
+    assert set(subcommands) <= set(listed), out  # each subcommand with its help line
+    for sub in subcommands:
+        text = subprocess.run([binary, sub, "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
+        assert f"example:\n  {command} {sub} " in text, text
+
+
+def test_cli_help_keys_and_datasets_are_listed():
+    binary = Path(sys.executable).parent
+    train = subprocess.run([binary / "fgl-train", "--help"], capture_output=True, text=True, check=True).stdout
+    assert all(key in " ".join(train.split()) for key in ("local_epochs", "patience", "hidden", "Example"))
+    download = subprocess.run([binary / "fgl-data", "download", "--help"], capture_output=True, text=True,
+                              check=True).stdout
+    assert "Cora" in download and "ogbn-arxiv" in " ".join(download.split()).replace("- ", "-")
+
+
+def test_fgl_report_help_does_not_import_matplotlib():
+    """`fgl-report --help` answers without loading the plotting stack (it took 8 s under load)."""
+    code = ("import sys\nfrom fglrepro.cli.report import parse_args\ntry:\n    parse_args(['--help'])\n"
+            "except SystemExit:\n    pass\nprint('matplotlib' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False False"

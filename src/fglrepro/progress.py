@@ -92,3 +92,92 @@ def start(planned: Iterable[tuple[str | Path, str]], workers: int, every_s: floa
     thread = threading.Thread(target=report, name="fgl-progress", daemon=True)
     thread.start()
     return thread
+
+
+# ---- a run that stops: what was stopped and how to go on; a lock held by another run ------------
+
+#: the line ``fgl-train`` logs when SIGTERM or SIGINT stops it (``fglrepro.cli.train``).
+STOP_MARK = "stopped by SIG"
+
+
+def stopped_jobs(log_dir: str | Path, since: float) -> list[tuple[Path, str]]:
+    """``(log, its stop line)`` of every training log under ``log_dir`` written since ``since``
+    (a time.time()) that says the job was stopped by a signal."""
+    found = []
+    for path in sorted(Path(log_dir).rglob("*.log")) if Path(log_dir).is_dir() else []:
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if STOP_MARK in line]
+        except OSError:
+            continue
+        if lines:
+            found.append((path, lines[-1]))
+    return found
+
+
+def stop_message(stopped: list[tuple[Path, str]]) -> str:
+    """What a user reads after stopping a run: which training jobs stopped (with the round their
+    checkpoint holds) and how to resume; ``""`` when no training job was stopped."""
+    if not stopped:
+        return ""
+    lines = [f"The run was stopped: {len(stopped)} training job(s) stopped by a signal (Ctrl-C / SIGTERM), "
+             "not failed. Their logs:"]
+    lines += [f"  {path}: {line[line.index(STOP_MARK):]}" for path, line in stopped[:10]]
+    lines += [f"  ... and {len(stopped) - 10} more"] if len(stopped) > 10 else []
+    lines.append("To resume, run the same snakemake command again (add --rerun-incomplete if Snakemake asks for "
+                 "it): finished jobs are kept and each stopped job resumes from its checkpoint (<run JSON>.ckpt).")
+    return "\n".join(lines)
+
+
+#: where a running workflow records itself (under the working directory's .snakemake/).
+ACTIVE_RUN = Path(".snakemake") / "fglrepro-active-run.json"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): ask the kernel
+        import os
+
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def record_active_run(pid: int, command: list[str], path: Path = ACTIVE_RUN) -> None:
+    """Note that workflow process ``pid`` (run as ``command``) is running here."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": pid, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                "command": " ".join(command)}))
+
+
+def clear_active_run(path: Path = ACTIVE_RUN) -> None:
+    path.unlink(missing_ok=True)
+
+
+def lock_hint(locks_dir: Path = Path(".snakemake") / "locks", path: Path = ACTIVE_RUN) -> str:
+    """When the working directory is locked: whether the run that holds the lock is still going (then
+    --unlock would let two runs write the same files) or gone (then --unlock is safe); ``""`` when
+    nothing is locked."""
+    if not locks_dir.is_dir() or not any(locks_dir.iterdir()):
+        return ""
+    try:
+        active = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ("This directory is locked by a Snakemake run. Another run may be active: check (ps, other "
+                "terminals) before `snakemake --unlock`, which is only safe once it has ended.")
+    if process_alive(int(active["pid"])):
+        return (f"Another run is active in this directory: pid {active['pid']}, started {active['started']} "
+                f"(`{active['command']}`). Do NOT --unlock: wait for it, or stop it (Ctrl-C in its terminal or "
+                f"kill -INT {active['pid']}) and start again.")
+    return (f"The lock was left by a run that is gone (pid {active['pid']}, started {active['started']}): "
+            "`snakemake --unlock` is safe, then rerun with --rerun-incomplete.")

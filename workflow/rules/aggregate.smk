@@ -6,12 +6,12 @@ rule aggregate:
         runs=lambda w: study_runs(w.study),
         code=[PKG / "cli/aggregate.py", PKG / "report/collect.py"],
     output:
-        metrics=RESULTS + "/metrics/{study}.csv",
-        curves=RESULTS + "/metrics/{study}.curves.csv",
+        metrics=in_results("metrics/{study}.csv"),
+        curves=in_results("metrics/{study}.curves.csv"),
     params:
         meta=lambda w: study_meta(w.study),
     log:
-        RESULTS + "/logs/aggregate/{study}.log",
+        in_results("logs/aggregate/{study}.log"),
     shell:
         "fgl-aggregate --meta {params.meta:q} --out-metrics {output.metrics:q}"
         " --out-curves {output.curves:q} {input.runs:q} > {log:q} 2>&1"

@@ -16,11 +16,15 @@ from fglrepro.data.registry import DATASETS
 from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.io import read_yaml
 from fglrepro.methods import METHOD_MODULES
+from fglrepro.report.figure_kinds import FIGURE_INPUTS
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
 
 # Rules call the console scripts of the environment Snakemake itself runs in.
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+# Training jobs stop when this process is gone (fgl-train watches it: a SIGKILLed Snakemake leaves no
+# job running on; src/fglrepro/cli/train.py).
+os.environ.update(FGLREPRO_WORKFLOW_PID=str(os.getpid()))
 
 SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
 
@@ -52,6 +56,17 @@ if _problems:
 
 DATA = config["data_dir"]
 RESULTS = config["results_dir"]
+
+
+def in_results(relative):
+    """The path (or wildcard pattern) ``relative`` inside config ``results_dir``."""
+    return os.path.join(RESULTS, relative)
+
+
+def in_data(relative):
+    """The path (or wildcard pattern) ``relative`` inside config ``data_dir``."""
+    return os.path.join(DATA, relative)
+
 PKG = Path(workflow.basedir) / "src" / "fglrepro"
 SIZE_RESOURCES = {
     "small": {"mem_mb": 2000, "runtime": 30},
@@ -159,9 +174,9 @@ wildcard_constraints:
 
 # ---- paths -----------------------------------------------------------------------------
 
-RUN_PATH = RESULTS + "/runs/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.json"
-PARTITION_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.pt"
-STATS_PATH = RESULTS + "/partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json"
+RUN_PATH = in_results("runs/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.json")
+PARTITION_PATH = in_results("partitions/{dataset}/{scheme}/k{clients}/seed{seed}.pt")
+STATS_PATH = in_results("partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json")
 
 
 def study_runs(study):
@@ -182,10 +197,10 @@ def study_outputs(study):
     """Final products of one study: partition statistics and label heat maps; with runs,
     also tables, comparison with the paper and the figures of ``report.figures``."""
     s = STUDIES[study]
-    out = expand(RESULTS + "/tables/{study}.partition_stats.{ext}", study=study, ext=["csv", "md"])
-    out.append(RESULTS + f"/figures/{study}_partitions")
+    out = expand(in_results("tables/{study}.partition_stats.{ext}"), study=study, ext=["csv", "md"])
+    out.append(in_results(f"figures/{study}_partitions"))
     if trained_runs(study) and config["targets"] == "all":
-        out += expand(RESULTS + "/tables/{study}.{ext}", study=study, ext=["md", "tex", "csv"])
+        out += expand(in_results("tables/{study}.{ext}"), study=study, ext=["md", "tex", "csv"])
         if "heatmap" in s["report"]["figures"]:
             from fglrepro.config import ConfigError
             from fglrepro.report.figures import heatmap_coordinates
@@ -205,10 +220,10 @@ def study_outputs(study):
                                  (s["report"].get("lines") or {}).get("x"))
             except ConfigError as err:
                 raise WorkflowError(f"study {study!r}: {err}") from err
-        out += expand(RESULTS + "/figures/{study}_{kind}.{ext}", study=study, kind=s["report"]["figures"],
+        out += expand(in_results("figures/{study}_{kind}.{ext}"), study=study, kind=s["report"]["figures"],
                       ext=["png", "pdf"])
         if s["reported"]:
-            out += expand(RESULTS + "/tables/{study}.comparison.{ext}", study=study, ext=["csv", "md"])
+            out += expand(in_results("tables/{study}.comparison.{ext}"), study=study, ext=["csv", "md"])
     return out
 
 
@@ -222,8 +237,11 @@ def dataset_resources(dataset, key):
 
 #: Peak memory of a FedSage+ run (fgl-train, one thread, CPU), MB ~ base + K x per_client,
 #: fitted to the peaks measured with K = 5, 10, 20 clients (FedTAD Table 2 settings). Every
-#: client keeps its own NeighGen, whose fGen output layer (2048 x 5F weights) and Adam state
-#: (3 x 2048 x 5F floats) make up most of the per-client term.
+#: client keeps its own NeighGen through phase 1, whose fGen output layer with Adam's two
+#: moments (3 x 2048 x 5F floats: 176 MB on Cora, 455 MB on CiteSeer) makes up most of the
+#: per-client term; Adam's weight decay updates all of it at every step, so it cannot shrink
+#: without changing the numbers. Rechecked after issue 23 (which left that state as it was and
+#: drops it after mending): Cora-10 peaked at 2594-2749 MiB in four runs (2673-2859 before), within the fit.
 FEDSAGE_PLUS_PEAK_MB = {"Cora": (950, 200), "CiteSeer": (1000, 590)}
 #: Declared memory over the measured peak.
 FEDSAGE_PLUS_MEMORY_MARGIN = 1.25
@@ -370,3 +388,77 @@ def study_meta(study):
         ],
     }
     return json.dumps(meta, sort_keys=True)
+
+
+# ---- reports: inputs and metadata of the tables, figures, claims and HTML rules ---------
+#: config/paper/inconsistencies.yaml (reported values that contradict the paper's other tables).
+INCONSISTENCIES_FILE = Path(config["paper_dir"]) / "inconsistencies.yaml"
+PAPER_INCONSISTENCIES = read_yaml(INCONSISTENCIES_FILE)["inconsistencies"] if INCONSISTENCIES_FILE.is_file() else []
+
+
+def paper_csv(key):
+    """Input function: the study's reported-values CSV named by ``key`` (in paper_dir), if any."""
+
+    def inputs(wildcards):
+        name = STUDIES[wildcards.study][key]
+        return [Path(config["paper_dir"]) / name] if name else []
+
+    return inputs
+
+
+def figure_data(wildcards):
+    """Input function: the aggregate CSV a figure kind reads (curves or metrics)."""
+    suffix = {"curves": ".curves.csv", "metrics": ".csv"}[FIGURE_INPUTS[wildcards.kind]]
+    return in_results(f"metrics/{wildcards.study}{suffix}")
+
+
+def claims_meta(study):
+    """What the claims and the snapshot need of a study: its meta, the file of reported values and
+    every row of its study file (``all_rows``, before ``skip_runs``)."""
+    meta = json.loads(study_meta(study))
+    keep = ("study", "paper", "table", "title", "labels", "rows", "not_reproducible", "columns", "decimals")
+    path = Path(config["study_dir"]) / f"{study}.yaml"
+    all_rows = [e["label"] for e in read_yaml(path)["runs"].values()]
+    return {**{k: meta[k] for k in keep}, "reported": STUDIES[study]["reported"], "all_rows": all_rows}
+
+
+def claims_metas():
+    return json.dumps({s: claims_meta(s) for s in CLAIM_STUDIES}, sort_keys=True)
+
+
+def paper_studies(paper):
+    return [name for name, s in STUDIES.items() if s["paper"] == paper]
+
+
+def dropped_by_config(study):
+    """Datasets, run labels and seeds of the study file that the config's only_datasets,
+    skip_runs and only_seeds left out."""
+    raw = read_yaml(Path(config["study_dir"]) / f"{study}.yaml")
+    kept = STUDIES[study]
+    return {"datasets": [d for d in raw["datasets"] if d not in kept["datasets"]],
+            "runs": [entry.get("label", run) for run, entry in raw["runs"].items() if run not in kept["runs"]],
+            "seeds": [seed for seed in raw["seeds"] if seed not in kept["seeds"]]}
+
+
+def html_study_meta(study):
+    """study_meta() without the per-partition and hyperparameter lists, plus what the report's
+    captions say: figure kinds, protocol blocks, what the config dropped."""
+    s = STUDIES[study]
+    meta = json.loads(study_meta(study))
+    for key in ("partitions", "hparams", "schemes"):
+        meta.pop(key)
+    meta["figures"] = s["report"]["figures"] if trained_runs(study) else []
+    meta["protocol"] = {"partition": s["partition"], "data": s["data"], "model": s.get("model", {}),
+                        "train": s.get("train", {}), "evaluation": s["evaluation"], "seeds": s["seeds"]}
+    meta["dropped"] = dropped_by_config(study)
+    meta["inconsistencies"] = [
+        {"id": e["id"], "method": e["method"], "relation": e["relation"],
+         "cells": [{k: c[k] for k in ("dataset", "clients", "metric")} for c in e["cells"]]}
+        for e in PAPER_INCONSISTENCIES if (e["paper"], e["table"]) == (s["paper"], s["table"])]
+    return meta
+
+
+def claims_input(wildcards):
+    """claims.csv (rule ``claims``) when the config names a claims file; otherwise the report
+    says "claims not evaluated"."""
+    return [CLAIMS_CSV] if CLAIMS_FILE else []

@@ -14,7 +14,7 @@ rule partition:
         mem_mb=lambda w: dataset_resources(w.dataset, "mem_mb"),
         runtime=lambda w: dataset_resources(w.dataset, "runtime"),
     log:
-        RESULTS + "/logs/partition/{dataset}/{scheme}/k{clients}/seed{seed}.log",
+        in_results("logs/partition/{dataset}/{scheme}/k{clients}/seed{seed}.log"),
     shell:
         "fgl-partition build --data {input.data:q} --spec {params.spec:q} --clients {wildcards.clients}"
         " --seed {wildcards.seed} --out {output:q} > {log:q} 2>&1"
@@ -31,6 +31,6 @@ rule partition_stats_json:
         mem_mb=lambda w: dataset_resources(w.dataset, "mem_mb"),
         runtime=lambda w: dataset_resources(w.dataset, "runtime"),
     log:
-        RESULTS + "/logs/partition_stats_json/{dataset}/{scheme}/k{clients}/seed{seed}.log",
+        in_results("logs/partition_stats_json/{dataset}/{scheme}/k{clients}/seed{seed}.log"),
     shell:
         "fgl-partition stats --data {input.data:q} --partition {input.partition:q} --out {output:q} > {log:q} 2>&1"

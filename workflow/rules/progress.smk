@@ -3,6 +3,9 @@
 # time left from the measured cost of finished runs of the same method.
 
 
+import time
+
+
 def planned_runs():
     """``(run JSON path, method)`` of every training run the config asks for."""
     runs_dir = Path(RESULTS) / "runs"
@@ -16,7 +19,36 @@ def parallel_jobs():
     return min(limits, default=1)
 
 
-onstart:
-    from fglrepro.progress import start as start_progress
+# When the run stops (Ctrl-C, SIGTERM, a failed job), say which training jobs a signal stopped and how to
+# resume, below Snakemake's own "Error in rule train" lines; and note the running workflow's pid, so that a
+# second run started here meanwhile is told the first is still active before it reaches "--unlock".
+WORKFLOW_STARTED = time.time()
 
+if workflow.is_main_process and not workflow.dryrun:
+    from fglrepro.progress import lock_hint
+
+    _hint = lock_hint()
+    if _hint:
+        print(_hint, file=sys.stderr)
+
+
+onstart:
+    from fglrepro.progress import record_active_run, start as start_progress
+
+    record_active_run(os.getpid(), ["snakemake", *sys.argv[1:]])
     start_progress(planned_runs(), parallel_jobs())
+
+
+onsuccess:
+    from fglrepro.progress import clear_active_run
+
+    clear_active_run()
+
+
+onerror:
+    from fglrepro.progress import clear_active_run, stop_message, stopped_jobs
+
+    clear_active_run()
+    message = stop_message(stopped_jobs(in_results("logs/train"), WORKFLOW_STARTED))
+    if message:
+        print(message, file=sys.stderr)

@@ -17,9 +17,9 @@ rule train:
         runtime=lambda w: run_resources(w, "runtime"),
         gpu=0,
     log:
-        RESULTS + "/logs/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.log",
+        in_results("logs/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.log"),
     benchmark:
-        RESULTS + "/benchmarks/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.tsv"
+        in_results("benchmarks/train/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.tsv")
     shell:
         "fgl-train --spec {params.spec:q} --data {input.data:q} --partition {input.partition:q}"
         " --device {params.device} --threads {threads} --out {output:q} > {log:q} 2>&1"

@@ -15,10 +15,14 @@ log = logging.getLogger("fgl-aggregate")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fgl-aggregate", description=__doc__.splitlines()[0])
-    parser.add_argument("--meta", required=True, help="study metadata as JSON (paper, table, labels)")
-    parser.add_argument("--out-metrics", required=True)
-    parser.add_argument("--out-curves", required=True)
+    parser = argparse.ArgumentParser(prog="fgl-aggregate", description=__doc__.splitlines()[0],
+                                     epilog="example:\n" + __doc__.split("\n", 2)[2].rstrip(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--meta", required=True,
+                        help="study metadata as JSON (keys used: paper, table, labels = {run: row label}, schemes; "
+                             "the workflow passes study_meta() of workflow/rules/common.smk)")
+    parser.add_argument("--out-metrics", required=True, help="metrics CSV, a row per run")
+    parser.add_argument("--out-curves", required=True, help="curves CSV, a row per run and round")
     parser.add_argument("runs", nargs="+", help="run JSON files")
     return parser.parse_args(argv)
 

@@ -17,18 +17,31 @@ log = logging.getLogger("fgl-partition")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fgl-partition", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    build = sub.add_parser("build", help="partition a prepared graph and split every client")
+    examples = ["  " + " ".join(line.split()) for line in __doc__.splitlines()
+                if line.strip().startswith("fgl-partition ")]
+    parser = argparse.ArgumentParser(prog="fgl-partition", description=__doc__.splitlines()[0],
+                                     epilog="examples (fgl-partition COMMAND --help for its keys):\n"
+                                            + "\n".join(examples),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def example(name: str) -> dict:
+        return {"epilog": "example:\n" + "\n".join(e for e in examples if e.startswith(f"  fgl-partition {name} ")),
+                "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+    build = sub.add_parser("build", help="partition a prepared graph and split every client", **example("build"))
     build.add_argument("--data", required=True, help="prepared graph (.pt)")
-    build.add_argument("--spec", required=True, help="partition spec as JSON: partitioner, options, split")
-    build.add_argument("--clients", type=int, required=True)
-    build.add_argument("--seed", type=int, required=True)
-    build.add_argument("--out", required=True)
-    stats = sub.add_parser("stats", help="per-client statistics of a partition (JSON)")
+    build.add_argument("--spec", required=True,
+                       help="partition spec as JSON (a study's partition block): partitioner (an unknown name's error "
+                            "lists the valid ones), options (the partitioner's), split ({mode: stratified|random|file, "
+                            "train, val}), graphless_ratio")
+    build.add_argument("--clients", type=int, required=True, help="number of clients")
+    build.add_argument("--seed", type=int, required=True, help="seed of the partitioner and the split")
+    build.add_argument("--out", required=True, help="partition (.pt)")
+    stats = sub.add_parser("stats", help="per-client statistics of a partition (JSON)", **example("stats"))
     stats.add_argument("--data", required=True, help="prepared graph (.pt)")
     stats.add_argument("--partition", required=True, help="partition (.pt)")
-    stats.add_argument("--out", required=True)
+    stats.add_argument("--out", required=True, help="statistics JSON")
     return parser.parse_args(argv)
 
 

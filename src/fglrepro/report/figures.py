@@ -16,10 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fglrepro.config import ConfigError  # noqa: E402
-
-#: figure kind -> the aggregate CSV it reads ("curves" or "metrics").
-FIGURE_INPUTS = {"convergence": "curves", "loss": "curves", "bars": "metrics", "heatmap": "metrics",
-                 "lines": "metrics"}
+from fglrepro.report.figure_kinds import FIGURE_INPUTS  # noqa: E402, F401 (re-exported)
 
 
 def _clients_per_dataset(meta: dict) -> dict[str, list[int]]:
@@ -43,24 +40,43 @@ def _legend_below(fig: plt.Figure, handles: list, names: list[str], max_columns:
     return (legend_height + 0.05) / (height + legend_height)
 
 
-def _finish(fig: plt.Figure, meta: dict, legend_axes: plt.Axes | None = None) -> plt.Figure:
-    """Shared legend below the panels (from ``legend_axes``) and the study title on top."""
+def _finish(fig: plt.Figure, meta: dict, legend_axes: plt.Axes | None = None,
+            extra_handles: list | None = None) -> plt.Figure:
+    """Shared legend below the panels (from ``legend_axes``, then ``extra_handles``) and the study
+    title on top."""
     bottom = 0.0
     if legend_axes is not None:
         handles, names = legend_axes.get_legend_handles_labels()
         if names:
+            handles += extra_handles or []
+            names += [h.get_label() for h in extra_handles or []]
             bottom = _legend_below(fig, handles, names)
     width, height = fig.get_size_inches()
     title = textwrap.wrap(meta.get("title", meta["study"]), width=max(20, int(width * 12)))
-    fig.suptitle("\n".join(title), fontsize=10)
-    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.2 * len(title) / height))
+    text = fig.suptitle("\n".join(title), fontsize=10, y=1 - 0.05 / height, va="top")
+    # The panels start right below the title's measured height; left in the layout, the title would
+    # be reserved a second time below the rect's top (the blank band under the title).
+    text.set_in_layout(False)
+    title_height = text.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi
+    fig.tight_layout(rect=(0, bottom, 1, 1 - (title_height + 0.08) / height))
     return fig
+
+
+def selected_rounds(runs: pd.DataFrame, column: str) -> tuple[float, float]:
+    """``(round, value)`` of the round each seed's evaluation selects, averaged over seeds: the
+    first round of highest validation accuracy (as ``fglrepro.fl.loop`` selects it; ``val_acc``
+    of the curves is the same average in percent), and ``column`` in that round. ``runs``: the
+    curve rows of one label in one panel, every seed."""
+    picked = runs.loc[runs.groupby("seed")["val_acc"].idxmax()]
+    return float(picked["round"].mean()), float(picked[column].mean())
 
 
 def convergence_figure(curves: pd.DataFrame, meta: dict, column: str = "test_acc",
                        ylabel: str = "test accuracy (%)") -> plt.Figure:
     """Test accuracy (or the curves' ``column``) per round: mean over seeds with a ±std band,
-    one line per method, one panel per (dataset, clients), a row of panels per dataset."""
+    one line per method, one panel per (dataset, clients), a row of panels per dataset. A
+    diamond on each line marks the round selected by validation accuracy (:func:`selected_rounds`,
+    mean over seeds) at the mean of ``column`` there, the number the tables report."""
     datasets = meta["datasets"]
     clients = _clients_per_dataset(meta)
     width = max(len(v) for v in clients.values())
@@ -79,6 +95,10 @@ def convergence_figure(curves: pd.DataFrame, meta: dict, column: str = "test_acc
                 mean, std = series.mean(), series.std(ddof=1).fillna(0)
                 line, = ax.plot(mean.index, mean.values, label=label, linewidth=1.2)
                 ax.fill_between(mean.index, mean - std, mean + std, alpha=0.2, color=line.get_color())
+                if "val_acc" in panel.columns:
+                    best_round, best_value = selected_rounds(panel[panel["label"] == label], column)
+                    ax.plot([best_round], [best_value], marker="D", markersize=5, color=line.get_color(),
+                            markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
             if not ax.lines:
                 ax.text(0.5, 0.5, "no run finished\n(all diverged or failed)", ha="center", va="center",
                         transform=ax.transAxes, fontsize=8)
@@ -88,7 +108,9 @@ def convergence_figure(curves: pd.DataFrame, meta: dict, column: str = "test_acc
                 ax.set_xlabel("round")
             if j == 0:
                 ax.set_ylabel(ylabel)
-    return _finish(fig, meta, axes[0][0])
+    selected = plt.Line2D([], [], marker="D", markersize=5, color="grey", markeredgecolor="black",
+                          markeredgewidth=0.6, linestyle="none", label="round selected by validation")
+    return _finish(fig, meta, axes[0][0], extra_handles=[selected] if "val_acc" in curves.columns else [])
 
 
 def loss_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
@@ -291,3 +313,37 @@ def _numeric(values) -> bool:
 
 FIGURES = {"convergence": convergence_figure, "loss": loss_figure, "bars": bars_figure, "heatmap": heatmap_figure,
            "lines": lines_figure}
+
+
+def scatter_figure(cells: pd.DataFrame, title: str) -> plt.Figure:
+    """Reproduced against reported mean (percent), one point per cell that has both (``cells``:
+    rows of comparison CSVs with columns method, metric, reported_mean, reproduced_mean), coloured by
+    method (circles: accuracy, squares: macro-F1), with the line y = x and dashed lines 2 points off it."""
+    cells = cells.dropna(subset=["reported_mean", "reproduced_mean"])
+    fig, ax = plt.subplots(figsize=(5.0, 4.6))
+    if cells.empty:
+        ax.text(0.5, 0.5, "no cell with both a reported and a reproduced value", ha="center", va="center",
+                transform=ax.transAxes, fontsize=9)
+        ax.set_axis_off()
+        return _finish(fig, {"study": title, "title": title})
+    values = np.concatenate([cells["reported_mean"], cells["reproduced_mean"]])
+    low, high = 5 * np.floor(values.min() / 5 - 0.2), 5 * np.ceil(values.max() / 5 + 0.2)
+    ax.plot([low, high], [low, high], color="black", linewidth=0.8, label="y = x")
+    for offset in (-2, 2):
+        ax.plot([low, high], [low + offset, high + offset], color="grey", linewidth=0.6, linestyle="--",
+                label="± 2 points" if offset > 0 else None)
+    methods = list(dict.fromkeys(cells["method"]))
+    colours = plt.get_cmap("tab20" if len(methods) > 10 else "tab10").colors
+    markers = {"acc": "o", "f1_macro": "s"}
+    for i, method in enumerate(methods):
+        for metric, part in cells[cells["method"] == method].groupby("metric"):
+            ax.scatter(part["reported_mean"], part["reproduced_mean"], s=18, marker=markers.get(metric, "^"),
+                       color=colours[i % len(colours)], edgecolors="black", linewidths=0.3,
+                       label=method if metric == cells.loc[cells["method"] == method, "metric"].iloc[0] else None)
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_aspect("equal")
+    ax.set_xlabel("reported by the paper (%)")
+    ax.set_ylabel("reproduced (%)")
+    ax.grid(alpha=0.3)
+    return _finish(fig, {"study": title, "title": title}, ax)

@@ -57,23 +57,40 @@ def compare_stats(reproduced: pd.DataFrame, reported: pd.DataFrame | None) -> pd
     return out[["dataset", "partitioner", "clients", "stat", "reported", "reproduced", "rel_diff_pct", "seeds"]]
 
 
+#: decimals of each statistic as printed: counts with one (averages over clients), shares three.
+STAT_DIGITS = {"nodes": 1, "edges": 1, "classes": 1, "clustering": 3, "heterogeneity": 3, "edges_kept": 3}
+
+
+def formatted_stats(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`compare_stats` as printed: each statistic to its :data:`STAT_DIGITS` decimals, the
+    relative difference to one decimal with a sign and ``%``, ``n/a`` where the paper has no value."""
+    def number(value, stat) -> str:
+        return "n/a" if pd.isna(value) else f"{value:.{STAT_DIGITS.get(stat, 3)}f}"
+
+    return pd.DataFrame({
+        "Dataset": table["dataset"], "Partitioner": table["partitioner"], "Clients": table["clients"],
+        "Stat": table["stat"],
+        "Reported": [number(v, s) for v, s in zip(table["reported"], table["stat"])],
+        "Reproduced": [number(v, s) for v, s in zip(table["reproduced"], table["stat"])],
+        "Rel. diff": ["" if pd.isna(d) else f"{d:+.1f} %" for d in table.get("rel_diff_pct", [np.nan] * len(table))],
+        "Seeds": table.get("seeds", [""] * len(table)),
+    })
+
+
 def stats_markdown(table: pd.DataFrame, title: str) -> str:
     lines = [f"### {title}: partition statistics, per-client averages (mean over seeds)", "",
              "Edges count both directions of an undirected edge (PyG's num_edges, as the papers).", "",
              "| Dataset | Partitioner | Clients | Stat | Reported | Reproduced | Rel. diff |",
              "|---|---|---:|---|---:|---:|---:|"]
-    for _, r in table.iterrows():
-        digits = 3 if r.stat in ("clustering", "heterogeneity", "edges_kept") else 1
-        reported = "n/a" if pd.isna(r.reported) else f"{r.reported:.{digits}f}"
-        diff = "" if pd.isna(r.rel_diff_pct) else f"{r.rel_diff_pct:+.1f} %"
-        lines.append(f"| {r.dataset} | {r.partitioner} | {r.clients} | {r.stat} | {reported} | "
-                     f"{r.reproduced:.{digits}f} | {diff} |")
+    for r in formatted_stats(table).itertuples(index=False):
+        lines.append("| " + " | ".join(map(str, r[:7])) + " |")
     return "\n".join(lines) + "\n"
 
 
 def label_heatmap(record: dict, title: str) -> plt.Figure:
     """Clients x classes heat map of each client's label distribution (row-normalised),
-    annotated with client sizes."""
+    annotated with client sizes; graphless clients (their edges hidden from the methods) are
+    labelled so and their tick drawn in red."""
     counts = np.asarray([c["label_counts"] for c in record["clients"]], dtype=float)
     shares = counts / counts.sum(axis=1, keepdims=True).clip(min=1)
     k, c = shares.shape
@@ -82,8 +99,13 @@ def label_heatmap(record: dict, title: str) -> plt.Figure:
     ax.set_xlabel("class")
     ax.set_ylabel("client (nodes)")
     ax.set_xticks(range(c))
-    ax.set_yticks(range(k), [f"{i} ({int(n)})" for i, n in enumerate(counts.sum(axis=1))], fontsize=7)
-    ax.set_title(title, fontsize=9)
+    graphless = [bool(client.get("graphless")) for client in record["clients"]]
+    ax.set_yticks(range(k), [f"{i} ({int(n)})" + (" graphless" if g else "")
+                             for i, (n, g) in enumerate(zip(counts.sum(axis=1), graphless))], fontsize=7)
+    for tick, g in zip(ax.get_yticklabels(), graphless):
+        if g:
+            tick.set_color("tab:red")
+    ax.set_title(title + (f"\n{sum(graphless)} graphless client(s), in red" if any(graphless) else ""), fontsize=9)
     fig.colorbar(image, ax=ax, label="share of client's nodes")
     fig.tight_layout()
     return fig

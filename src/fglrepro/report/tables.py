@@ -15,26 +15,45 @@ METRIC_COLUMNS = {"acc": "test_acc", "f1_macro": "test_f1_macro"}
 #: column headers of the metrics in side-by-side tables.
 METRIC_HEADERS = {"acc": "Acc", "f1_macro": "F1"}
 CELL_KEYS = ["label", "dataset", "clients"]
+#: mark of a cell with a seed flagged ``learning`` (the run never beat its round-0 validation
+#: accuracy, or its training loss grew 100x; ``fglrepro.fl.evaluation.learning_problem``).
+NOT_LEARNING_MARK = "†"
+NOT_LEARNING_LEGEND = (f"{NOT_LEARNING_MARK} not learning: in at least one seed of the cell the validation accuracy "
+                       "never rose above round 0's, or the training loss grew 100x (the run JSON's `learning`).")
+
+
+def not_learning(values: pd.Series) -> int:
+    """How many runs carry a ``learning`` message (a non-empty string; empty cells read as NaN)."""
+    return int(sum(isinstance(v, str) and bool(v.strip()) for v in values))
 
 
 def cell_summary(metrics: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample std (ddof=1; NaN for one seed) over seeds of ``ok`` runs, per method x dataset x clients
-    x metric; ``status`` is ``ok``, or the failure status when no run of the cell succeeded."""
+    x metric; ``status`` is ``ok``, or the failure status when no run of the cell succeeded. With a ``learning``
+    column in ``metrics``, ``not_learning`` counts the cell's ``ok`` runs flagged there."""
     rows = []
     for (label, dataset, clients), group in metrics.groupby(CELL_KEYS, sort=False):
         ok = group[group["status"] == "ok"]
         failed = sorted(set(group["status"]) - {"ok"})
         for metric, column in METRIC_COLUMNS.items():
             values = ok[column].to_numpy(dtype=float) if len(ok) else np.array([])
-            rows.append({
+            row = {
                 "method": label, "dataset": dataset, "clients": int(clients), "metric": metric,
                 "mean": float(values.mean()) if len(values) else np.nan,
                 "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
                 "n_ok": len(ok), "n_runs": len(group),
                 "status": "ok" if len(ok) else "/".join(failed),
                 "failed": "/".join(failed),
-            })
+            }
+            if "learning" in metrics.columns:
+                row["not_learning"] = not_learning(ok["learning"])
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+def flagged(count) -> bool:
+    """Whether a cell's ``not_learning`` count (NaN or absent: none recorded) marks it."""
+    return bool(pd.notna(count) and count > 0)
 
 
 def _format_cell(row: pd.Series, decimals: int) -> str:
@@ -44,7 +63,7 @@ def _format_cell(row: pd.Series, decimals: int) -> str:
     text += f" ± {row['std']:.{decimals}f}" if row["n_ok"] > 1 else " (n=1)"
     if row["failed"]:
         text += f" ({row['n_runs'] - row['n_ok']} {row['failed']})"
-    return text
+    return text + (f" {NOT_LEARNING_MARK}" if flagged(row.get("not_learning", 0)) else "")
 
 
 def layout(summary: pd.DataFrame, meta: dict, metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -98,7 +117,8 @@ def to_markdown(text: pd.DataFrame, best: pd.DataFrame, title: str) -> str:
 
 
 def _tex_escape(value: str) -> str:
-    return value.replace("±", r"$\pm$").replace("%", r"\%").replace("_", r"\_").replace("&", r"\&")
+    value = value.replace("±", r"$\pm$").replace(NOT_LEARNING_MARK, r"$^\dagger$")
+    return value.replace("%", r"\%").replace("_", r"\_").replace("&", r"\&")
 
 
 def to_latex(text: pd.DataFrame, best: pd.DataFrame, caption: str) -> str:
@@ -150,6 +170,9 @@ def comparison(summary: pd.DataFrame, reported: pd.DataFrame, meta: dict) -> pd.
     merged["delta"] = merged["reproduced_mean"] - merged["reported_mean"]
     columns = keys + ["reported_mean", "reported_std", "reproduced_mean", "reproduced_std", "delta",
                       "n_ok", "n_runs", "status"]
+    if "not_learning" in merged.columns:  # metrics with a learning column (not the snapshot's runs.csv)
+        merged["not_learning"] = merged["not_learning"].fillna(0).astype(int)
+        columns.append("not_learning")
     return merged[columns]
 
 
@@ -167,6 +190,7 @@ def comparison_markdown(table: pd.DataFrame, title: str, decimals: int) -> str:
         spread = f" ± {fmt(r.reproduced_std)}" if r.n_ok > 1 else " (n=1)"
         reproduced = (f"{fmt(r.reproduced_mean)}{spread}" if r.n_ok
                       else r.status.upper() if r.n_runs else r.status)
+        reproduced += f" {NOT_LEARNING_MARK}" if flagged(getattr(r, "not_learning", 0)) else ""
         delta = f"{r.delta:+.{decimals}f}" if pd.notna(r.delta) else ""
         lines.append(f"| {r.method} | {r.dataset} | {r.clients} | {r.metric} | {reported} | "
                      f"{reproduced} | {delta} | {r.n_ok}/{r.n_runs} |")
@@ -191,9 +215,10 @@ def comparison_grid(table: pd.DataFrame, meta: dict) -> pd.DataFrame:
             return r.status if pd.isna(r.reported_mean) else f"{r.status} ({r.reported_mean:.{decimals}f})"
         if not r.n_ok:
             return r.status.upper()
+        mark = f" {NOT_LEARNING_MARK}" if flagged(getattr(r, "not_learning", 0)) else ""
         if pd.isna(r.reported_mean):
-            return f"{r.reproduced_mean:.{decimals}f}"
-        return f"{r.reproduced_mean:.{decimals}f} ({r.reported_mean:.{decimals}f}, {r.delta:+.{decimals}f})"
+            return f"{r.reproduced_mean:.{decimals}f}{mark}"
+        return f"{r.reproduced_mean:.{decimals}f}{mark} ({r.reported_mean:.{decimals}f}, {r.delta:+.{decimals}f})"
 
     methods = [m for m in meta["rows"] if m in set(table.method)]
     return pd.DataFrame([[cell(cells.get((method, d, c, m))) for d, c, m in columns] for method in methods],
@@ -223,6 +248,9 @@ def study_table_texts(summary: pd.DataFrame, meta: dict) -> dict[str, str]:
         title = f"{name}: {words} (%), mean ± sample std (ddof=1) over seeds"
         md.append(to_markdown(text, best, title))
         tex.append(to_latex(text, best, title))
+    if "not_learning" in summary.columns and (summary["not_learning"] > 0).any():
+        md.append(NOT_LEARNING_LEGEND + "\n")
+        tex.append(f"% {NOT_LEARNING_LEGEND}\n")
     return {"md": "\n".join(md), "tex": "\n".join(tex), "csv": summary.to_csv(index=False)}
 
 
@@ -230,4 +258,6 @@ def comparison_texts(table: pd.DataFrame, meta: dict) -> dict[str, str]:
     """The comparison files (``csv``, ``md``: the paper's layout, then one line per cell)."""
     title = f"{meta['paper']} {meta['table']} ({meta['study']})"
     md = comparison_grid_markdown(table, meta, title) + "\n" + comparison_markdown(table, title, meta["decimals"])
+    if "not_learning" in table.columns and (table["not_learning"] > 0).any():
+        md += "\n" + NOT_LEARNING_LEGEND + "\n"
     return {"csv": table.to_csv(index=False), "md": md}
