@@ -19,59 +19,51 @@ if CLAIMS_FILE:
 
 #: studies of this run whose rows train (those with a metrics CSV).
 CLAIM_STUDIES = [s for s in STUDIES if trained_runs(s)]
-CLAIMS_OUTPUTS = expand(RESULTS + "/tables/claims{suffix}", suffix=[".csv", ".md", "_cells.csv"])
+CLAIMS_OUTPUTS = expand(in_results("tables/claims{suffix}"), suffix=[".csv", ".md", "_cells.csv"])
 #: every reported-values CSV: the claims run their checks on the papers' own tables too.
 REPORTED_CSVS = sorted(str(p) for p in Path(config["paper_dir"]).glob("*.csv"))
 SNAPSHOT = "docs/results"
 
 
-def claims_meta(study):
-    """What the claims and the snapshot need of a study: its meta, the file of reported values and
-    every row of its study file (``all_rows``, before ``skip_runs``)."""
-    meta = json.loads(study_meta(study))
-    keep = ("study", "paper", "table", "title", "labels", "rows", "not_reproducible", "columns", "decimals")
-    path = Path(config["study_dir"]) / f"{study}.yaml"
-    all_rows = [e["label"] for e in read_yaml(path)["runs"].values()]
-    return {**{k: meta[k] for k in keep}, "reported": STUDIES[study]["reported"], "all_rows": all_rows}
-
-
-def claims_metas():
-    return json.dumps({s: claims_meta(s) for s in CLAIM_STUDIES}, sort_keys=True)
-
-
 rule claims:
     input:
-        metrics=expand(RESULTS + "/metrics/{study}.csv", study=CLAIM_STUDIES),
+        metrics=expand(in_results("metrics/{study}.csv"), study=CLAIM_STUDIES),
         claims=CLAIMS_FILE or [],
         reported=REPORTED_CSVS if CLAIMS_FILE else [],
         code=[PKG / "cli/report.py", PKG / "report/claims.py", PKG / "report/evidence.py", PKG / "report/tables.py"],
     output:
-        csv=RESULTS + "/tables/claims.csv",
-        md=RESULTS + "/tables/claims.md",
-        cells=RESULTS + "/tables/claims_cells.csv",
+        csv=in_results("tables/claims.csv"),
+        md=in_results("tables/claims.md"),
+        cells=in_results("tables/claims_cells.csv"),
     params:
         meta=lambda w: claims_metas(),
+        prefix=lambda w, output: output.csv.removesuffix(".csv"),
     log:
-        RESULTS + "/logs/claims.log",
+        in_results("logs/claims.log"),
     shell:
-        "fgl-report claims --claims {input.claims:q} --meta {params.meta:q} --out-prefix {RESULTS:q}/tables/claims"
+        "fgl-report claims --claims {input.claims:q} --meta {params.meta:q} --out-prefix {params.prefix:q}"
         " {input.metrics:q} > {log:q} 2>&1"
 
 
 rule snapshot:
     input:
-        metrics=expand(RESULTS + "/metrics/{study}.csv", study=CLAIM_STUDIES),
+        metrics=expand(in_results("metrics/{study}.csv"), study=CLAIM_STUDIES),
         claims=CLAIMS_FILE or [],  # without a claims file the snapshot has an empty claims table
         reported=REPORTED_CSVS,
         code=[PKG / "cli/report.py", PKG / "report/snapshot.py", PKG / "report/claims.py", PKG / "report/evidence.py",
-              PKG / "report/tables.py"],
+              PKG / "report/tables.py", PKG / "report/coverage.py"],
     output:
         directory(SNAPSHOT),
     params:
         meta=lambda w: claims_metas(),
         claims=lambda w, input: ["--claims", input.claims] if CLAIMS_FILE else [],
+        paper_dir=lambda w: config["paper_dir"],
+        results_dir=lambda w: RESULTS,
+        study_dir=lambda w: config["study_dir"],
     log:
-        RESULTS + "/logs/snapshot.log",
+        in_results("logs/snapshot.log"),
     shell:
-        "fgl-report snapshot {params.claims:q} --paper-dir {config[paper_dir]:q} --meta {params.meta:q}"
-        " --results-dir {RESULTS:q} --out {output:q} {input.metrics:q} > {log:q} 2>&1"
+        "fgl-report snapshot {params.claims:q} --paper-dir {params.paper_dir:q} --meta {params.meta:q}"
+        " --results-dir {params.results_dir:q} --out {output:q} {input.metrics:q} > {log:q} 2>&1"
+        " && fgl-report coverage --snapshot {output:q} --study-dir {params.study_dir:q} --paper-dir {params.paper_dir:q}"
+        " >> {log:q} 2>&1"

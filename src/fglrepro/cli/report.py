@@ -14,6 +14,8 @@
     fgl-report html --paper P --meta JSON_LIST --results results [--claims claims.csv] --out results/report/P.html
     fgl-report reproduction --snapshot docs/results --study-dir config/studies --notes docs/notes \
         --out docs/REPRODUCTION.md
+    fgl-report coverage [--snapshot docs/results] [--study-dir config/studies] [--notes docs/notes/coverage.yaml]
+    fgl-report verify --sample N [--study S] [--method M] [--seed X] [--grid] [--at-head] [--results-dir DIR]
 """
 
 from __future__ import annotations
@@ -28,13 +30,29 @@ log = logging.getLogger("fgl-report")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from fglrepro.report.figures import FIGURE_INPUTS
+    from fglrepro.report.figure_kinds import FIGURE_INPUTS
 
-    parser = argparse.ArgumentParser(prog="fgl-report", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    examples = ["  " + " ".join(line.split()) for line in __doc__.splitlines()
+                if line.strip().startswith("fgl-report ")]
+    parser = argparse.ArgumentParser(prog="fgl-report", description=__doc__.splitlines()[0],
+                                     epilog="examples (fgl-report COMMAND --help for its keys):\n"
+                                            + "\n".join(examples),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def example(name: str) -> dict:
+        """The docstring's example lines of subcommand ``name``, as a subparser's epilog."""
+        picked = [line for line in examples if line.startswith(f"  fgl-report {name} ")]
+        return {"epilog": "example:\n" + "\n".join(picked), "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+    summaries = {"tables": "the study's table in the paper's layout (<prefix>.md, .tex, .csv)",
+                 "comparison": "reproduced next to the paper's reported values (<prefix>.csv, .md)",
+                 "figures": "one figure of a study (<prefix>.png, .pdf)"}
     for name in ("tables", "comparison", "figures"):
-        cmd = sub.add_parser(name)
-        cmd.add_argument("--meta", required=True, help="study metadata as JSON")
+        cmd = sub.add_parser(name, help=summaries[name], **example(name))
+        cmd.add_argument("--meta", required=True,
+                         help="study metadata as JSON (study, paper, table, title, labels, rows, columns, decimals, "
+                              "...: study_meta() of workflow/rules/common.smk)")
         cmd.add_argument("--out-prefix", required=True, help="output path without extension")
         if name == "figures":
             cmd.add_argument("--kind", default="convergence", choices=sorted(FIGURE_INPUTS),
@@ -43,36 +61,68 @@ def parse_args(argv=None) -> argparse.Namespace:
         cmd.add_argument("--metrics", required=name != "figures", help="metrics CSV (fgl-aggregate --out-metrics)")
         if name == "comparison":
             cmd.add_argument("--reported", required=True, help="reported-values CSV (config/paper/)")
-    stats = sub.add_parser("partition-stats")
+    stats = sub.add_parser("partition-stats", help="partition statistics next to the paper's, and label heat maps",
+                           **example("partition-stats"))
     stats.add_argument("--meta", required=True, help="study metadata as JSON, with 'partitions'")
     stats.add_argument("--out-prefix", required=True)
     stats.add_argument("--figure-dir", required=True, help="directory for one label heat map per partition")
     stats.add_argument("--reported", default=None, help="reported partition statistics CSV (config/paper/)")
     stats.add_argument("stats", nargs="+", help="statistics JSONs, in the order of meta['partitions']")
-    claims = sub.add_parser("claims", help="check the papers' claims against the studies' metrics")
+    claims = sub.add_parser("claims", help="check the papers' claims against the studies' metrics", **example("claims"))
     claims.add_argument("--claims", required=True, help="claims file (config/paper/claims.yaml)")
     claims.add_argument("--meta", required=True, help="JSON: study -> study metadata, for the studies of this run")
     claims.add_argument("--out-prefix", required=True, help="writes <prefix>.csv, <prefix>.md, <prefix>_cells.csv")
     claims.add_argument("metrics", nargs="*", help="metrics CSVs of the studies of this run")
-    snap = sub.add_parser("snapshot", help="write docs/results/ (runs.csv and what is rendered from it)")
+    snap = sub.add_parser("snapshot", help="write docs/results/ (runs.csv and what is rendered from it)",
+                          **example("snapshot"))
     snap.add_argument("--claims", help="claims file (config/paper/claims.yaml); none: an empty claims table")
     snap.add_argument("--paper-dir", default="config/paper", help="folder of the reported-values CSVs")
     snap.add_argument("--out", required=True, help="snapshot folder (docs/results)")
     snap.add_argument("--meta", help="JSON: study -> study metadata (not with --rerender)")
     snap.add_argument("--results-dir", default="results", help="results folder, for the runs' targets")
     snap.add_argument("--rerender", action="store_true", help="render again from the snapshot's runs.csv")
+    snap.add_argument("--allow-dirty", action="store_true",
+                      help="accept runs made from a tree with uncommitted changes (a draft, not to be committed)")
     snap.add_argument("metrics", nargs="*", help="metrics CSVs of the snapshot's studies")
-    page = sub.add_parser("html", help="one self-contained HTML report of a paper")
+    page = sub.add_parser("html", help="one self-contained HTML report of a paper", **example("html"))
     page.add_argument("--paper", required=True)
     page.add_argument("--meta", required=True, help="JSON list of the paper's study metadata (workflow/rules/html.smk)")
     page.add_argument("--results", required=True, help="the workflow's results directory")
     page.add_argument("--claims", default=None, help="claims CSV; a missing file reads as 'claims not evaluated'")
     page.add_argument("--out", required=True)
-    doc = sub.add_parser("reproduction", help="docs/REPRODUCTION.md from a results snapshot and notes")
+    doc = sub.add_parser("reproduction", help="docs/REPRODUCTION.md from a results snapshot and notes",
+                         **example("reproduction"))
     doc.add_argument("--snapshot", required=True, help="snapshot directory (runs.csv, <study>.comparison.csv, ...)")
     doc.add_argument("--study-dir", required=True, help="study files (config/studies)")
     doc.add_argument("--notes", required=True, help="directory of hand-written <paper>.md notes")
     doc.add_argument("--out", required=True)
+    cover = sub.add_parser("coverage", help="COVERAGE.{md,csv}: per paper, table or figure and dataset, the seeds "
+                                            "run (of the paper's) or why not", **example("coverage"))
+    cover.add_argument("--snapshot", default="docs/results", help="snapshot folder (runs.csv, partition stats)")
+    cover.add_argument("--study-dir", default="config/studies", help="study files")
+    cover.add_argument("--paper-dir", default="config/paper", help="reported values (partition statistics)")
+    cover.add_argument("--notes", default="docs/notes/coverage.yaml", help="reasons no file says (YAML)")
+    cover.add_argument("--out-prefix", default=None,
+                       help="writes <prefix>.md and <prefix>.csv (default <snapshot>/COVERAGE)")
+    check = sub.add_parser("verify", help="rebuild a seeded sample of the snapshot's runs and compare the metrics",
+                           **example("verify"))
+    check.add_argument("--sample", type=int, required=True, metavar="N", help="how many runs.csv rows to rebuild")
+    check.add_argument("--study", action="append", default=[], help="only rows of this study (repeatable)")
+    check.add_argument("--method", action="append", default=[],
+                       help="only rows of this method (repeatable; the only way to draw FedSage+)")
+    check.add_argument("--seed", type=int, default=0, help="seed of the draw")
+    check.add_argument("--max-seconds", type=float, default=120.0,
+                       help="draw only rows whose recorded wall time is at most this (<= 0: any)")
+    check.add_argument("--grid", action="store_true",
+                       help="also rebuild the other points of a grid row and compare the selected point")
+    check.add_argument("--snapshot", default="docs/results", help="snapshot folder holding runs.csv")
+    check.add_argument("--results-dir", default=None,
+                       help="scratch folder: <commit>/results and <commit>/data under it (default: a new temp one)")
+    check.add_argument("--data-dir", default=None, help="a data folder to reuse (default: prepared in the scratch one)")
+    check.add_argument("--at-head", action="store_true",
+                       help="rebuild with the current tree instead of each row's own commit (git_commit)")
+    check.add_argument("--study-dir", default="config/studies", help="study files, for --grid")
+    check.add_argument("--cores", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "snapshot" and args.rerender == bool(args.meta or args.metrics):
         parser.error("snapshot takes --meta and metrics CSVs, or --rerender alone")
@@ -146,8 +196,31 @@ def snapshot(args) -> None:
         files = rerender(args.out, claims, args.paper_dir)
     else:
         files = write_snapshot([pd.read_csv(p) for p in args.metrics], json.loads(args.meta), claims,
-                               args.paper_dir, args.out, args.results_dir)
+                               args.paper_dir, args.out, args.results_dir, args.allow_dirty)
     log.info("snapshot %s: %d files rendered", args.out, len(files))
+
+
+def verify_snapshot(args) -> None:
+    """Rebuild ``--sample`` rows of the snapshot's runs.csv and print the comparison (exit status 1
+    when a row differs or failed)."""
+    import tempfile
+
+    from fglrepro.io import read_yaml
+    from fglrepro.provenance import machine
+    from fglrepro.report.snapshot import RUNS, read_runs
+    from fglrepro.report.verify import format_report, select_runs, verify
+
+    runs = read_runs(f"{args.snapshot}/{RUNS}")
+    chosen = select_runs(runs, args.sample, args.seed, args.study, args.method,
+                         args.max_seconds if args.max_seconds > 0 else None)
+    grids = {(s, r): entry["grid"] for s in set(chosen["study"]) if args.grid
+             for r, entry in read_yaml(f"{args.study_dir}/{s}.yaml")["runs"].items() if entry.get("grid")}
+    results_dir = args.results_dir or tempfile.mkdtemp(prefix="fgl-verify-")
+    log.info("rebuilding %d runs in %s", len(chosen), results_dir)
+    rows = verify(chosen, results_dir, args.cores, grids, at_head=args.at_head, data_dir=args.data_dir)
+    print(format_report(rows, machine()), end="")
+    if any(row["verdict"] in ("differs", "failed") for row in rows):
+        raise SystemExit(1)
 
 
 def main(argv=None) -> None:
@@ -163,6 +236,16 @@ def main(argv=None) -> None:
             return
         if args.command == "snapshot":
             snapshot(args)
+            return
+        if args.command == "verify":
+            verify_snapshot(args)
+            return
+        if args.command == "coverage":
+            from fglrepro.report.coverage import write_coverage
+
+            table = write_coverage(args.snapshot, args.study_dir, args.paper_dir, args.notes,
+                                   args.out_prefix or f"{args.snapshot}/COVERAGE")
+            log.info("%d cells: %s", len(table), table["status"].value_counts().to_dict())
             return
         if args.command == "reproduction":
             from fglrepro.report.reproduction import generate

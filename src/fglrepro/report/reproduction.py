@@ -2,9 +2,10 @@
 
 The snapshot directory (docs/results/) holds whatever subset exists of ``runs.csv`` (one row
 per run), ``<study>.comparison.csv`` (:func:`fglrepro.report.tables.comparison`),
-``<study>.partition_stats.csv`` and ``claims.csv``; the study files give each study's paper,
-rows and column order; ``<notes>/<paper slug>.md`` are the hand-written explanations (what was
-checked, causes), which quote no reproduced number but refer to the generated tables.
+``<study>.partition_stats.csv``, ``claims.csv`` and ``COVERAGE.csv`` (:mod:`fglrepro.report.coverage`);
+the study files give each study's paper, rows and column order; ``<notes>/<paper slug>.md`` are the
+hand-written explanations (what was checked, causes), which quote no reproduced number but refer
+to the generated tables.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 
 from fglrepro.io import read_yaml
 from fglrepro.report.claims import display_table, support_text
+from fglrepro.report.coverage import paper_matrix
 from fglrepro.report.partitions import stats_markdown
 from fglrepro.report.tables import comparison_grid_markdown
 
@@ -96,6 +98,8 @@ def generate(snapshot: str | Path, study_dir: str | Path, notes: str | Path) -> 
     claims = pd.read_csv(claims_csv) if claims_csv.is_file() else None
     if claims is not None:
         out += unsupported_section(claims)
+    coverage_csv = snapshot / "COVERAGE.csv"
+    coverage = pd.read_csv(coverage_csv) if coverage_csv.is_file() else None
     studies = sorted(study_dir.glob("*.yaml"))
     by_paper: dict[str, list[Path]] = {}
     for path in studies:
@@ -130,6 +134,9 @@ def generate(snapshot: str | Path, study_dir: str | Path, notes: str | Path) -> 
                 out += [stats_markdown(pd.read_csv(stats_csv), f"{meta['table']} (`{meta['study']}`)"), ""]
         if not shown:
             out += ["No table of this paper in the snapshot.", ""]
+        if coverage is not None and (coverage["paper"] == paper).any():
+            out += ["### Coverage: seeds run of the paper's, or why not (`COVERAGE.md`)", "",
+                    *paper_matrix(coverage[coverage["paper"] == paper]), ""]
         note = notes / f"{paper_slug(paper)}.md"
         out += ["### Notes: what was checked where a cell is far from the paper", ""]
         out += [note.read_text().strip() if note.is_file() else "No notes.", ""]

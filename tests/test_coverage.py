@@ -1,0 +1,175 @@
+"""The coverage matrix (docs/results/COVERAGE.{md,csv}): seeds run per paper table and dataset, or why not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fglrepro.config import ConfigError
+from fglrepro.data.download import pinned_checksums
+from fglrepro.data.registry import DATASETS
+from fglrepro.report.coverage import (
+    REASONS,
+    StudyPlan,
+    cell_text,
+    coverage_cell,
+    coverage_markdown,
+    offline_datasets,
+    plan_from_study,
+    read_notes,
+    run_coverage_html,
+    snapshot_coverage,
+)
+from fglrepro.report.reproduction import PAPERS, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = ROOT / "docs" / "results"
+STUDY_DIR, PAPER_DIR, NOTES = ROOT / "config" / "studies", ROOT / "config" / "paper", ROOT / "docs" / "notes"
+committed = pytest.mark.skipif(not (SNAPSHOT / "runs.csv").is_file(), reason="no committed snapshot docs/results/")
+
+PLAN = StudyPlan(study="s", paper="P", item="Table 2", datasets=("Cora", "PubMed"),
+                 clients={"Cora": (5, 10), "PubMed": (5, 10)}, seeds=(0, 1, 2), rows=("a", "b"))
+OFFLINE = {"Cora"}
+
+
+def runs(cells: list[tuple[str, int, int]], status: str = "ok", dataset: str = "Cora") -> pd.DataFrame:
+    """runs.csv rows of study ``s``: one per (run, clients, seed)."""
+    return pd.DataFrame([{"study": "s", "run": r, "dataset": dataset, "clients": k, "seed": s, "status": status}
+                         for r, k, s in cells], columns=["study", "run", "dataset", "clients", "seed", "status"])
+
+
+def every(rows=("a", "b"), clients=(5, 10), seeds=(0, 1, 2)) -> list[tuple[str, int, int]]:
+    return [(r, k, s) for r in rows for k in clients for s in seeds]
+
+
+def test_all_rows_and_client_counts_in_the_papers_seeds_make_a_complete_cell():
+    cell = coverage_cell(PLAN, "Cora", runs(every()), OFFLINE, [], paper_seeds=3)
+    assert (cell["status"], cell["seeds_ok"], cell["seeds_complete"]) == ("complete", 3, 3)
+    assert cell_text(cell) == "3 of 3" and cell["rows_missing"] == ""
+
+
+def test_a_seed_without_a_row_or_a_client_count_makes_the_cell_partial():
+    missing_row = [c for c in every() if not (c[0] == "b" and c[2] == 2)]
+    cell = coverage_cell(PLAN, "Cora", runs(missing_row), OFFLINE, [], paper_seeds=3)
+    assert (cell["status"], cell["seeds_ok"], cell["seeds_complete"]) == ("partial", 3, 2)
+    assert cell_text(cell) == "3 of 3 (partial)"
+    missing_clients = [c for c in every() if not (c[1] == 10 and c[2] == 0)]
+    cell = coverage_cell(PLAN, "Cora", runs(missing_clients), OFFLINE, [], paper_seeds=3)
+    assert (cell["seeds_complete"], cell["clients_run"]) == (2, "5 10")
+    never = coverage_cell(PLAN, "Cora", runs(every(rows=("a",))), OFFLINE, [], paper_seeds=3)
+    assert (never["rows_run"], never["rows_missing"], never["seeds_complete"]) == (1, "b", 0)
+
+
+def test_only_ok_runs_count_and_fewer_seeds_than_the_paper_are_partial():
+    failed = runs(every(seeds=(1, 2)), status="failed")
+    cell = coverage_cell(PLAN, "Cora", pd.concat([runs(every(seeds=(0,))), failed]), OFFLINE, [], paper_seeds=3)
+    assert (cell["status"], cell["seeds_ok"], cell_text(cell)) == ("partial", 1, "1 of 3")
+    assert coverage_cell(PLAN, "Cora", failed, OFFLINE, [], paper_seeds=3)["status"] == "not run"
+
+
+def test_a_cell_without_runs_says_why():
+    none = runs([])
+    reason = lambda plan, dataset, notes=(): coverage_cell(plan, dataset, none, OFFLINE, list(notes), 3)["reason"]  # noqa: E731
+    assert reason(PLAN, "PubMed") == "no data offline"
+    assert reason(PLAN, "Cora") == "not run yet"
+    assert reason(StudyPlan("s", "P", "Table 2", ("Cora",), {"Cora": (5,)}, (0,), rows=()), "Cora") == "not implemented"
+    not_reproducible = StudyPlan("s", "P", "Table 2", ("Cora",), {"Cora": (5,)}, (0,), rows=(), not_reproducible=("a",))
+    assert reason(not_reproducible, "Cora") == "not reproducible"
+    note = {"study": "s", "datasets": ["Cora"], "tag": "CPU budget", "reason": "40 min per run"}
+    assert reason(PLAN, "Cora", [note]) == "CPU budget"
+    assert reason(PLAN, "PubMed", [note]) == "no data offline"  # the note names Cora only
+
+
+def test_offline_datasets_are_those_whose_raw_files_the_package_pins():
+    assert offline_datasets(DATASETS, pinned_checksums()) == {"Cora", "CiteSeer", "Photo", "Computers", "CS",
+                                                              "Physics", "Actor"}
+    pubmed = DATASETS["PubMed"]  # 7 of its 8 files pinned would still leave ind.pubmed.allx to download
+    seven = {f: "0" * 64 for f in pubmed.raw_files[:2] + pubmed.raw_files[3:]}
+    assert offline_datasets({"PubMed": pubmed}, seven) == set()
+
+
+def test_study_file_clients_per_dataset_and_not_reproducible_rows():
+    plan = plan_from_study("x", {"paper": "P", "table": "Figure 3", "datasets": ["Cora", "Flickr"],
+                                 "clients": {"Cora": [8], "Flickr": [20]}, "seeds": [0, 1],
+                                 "runs": {"a": {"method": "fedavg"}, "b": {"method": "x", "not_reproducible": "why"}}})
+    assert plan.clients == {"Cora": (8,), "Flickr": (20,)} and plan.rows == ("a",)
+    assert plan.not_reproducible == ("b",)
+
+
+def test_a_note_with_an_unknown_tag_names_it_and_the_valid_ones(tmp_path):
+    path = tmp_path / "coverage.yaml"
+    path.write_text(yaml.safe_dump({"cells": [{"study": "s", "tag": "too slow", "reason": "r"}]}))
+    with pytest.raises(ConfigError, match=r"tag 'too slow' .* is not one of \['no data offline', 'CPU budget'"):
+        read_notes(path)
+
+
+def synthetic_snapshot(tmp_path: Path) -> tuple[Path, Path]:
+    snap, studies = tmp_path / "snap", tmp_path / "studies"
+    snap.mkdir()
+    studies.mkdir()
+    (studies / "s.yaml").write_text(yaml.safe_dump({
+        "paper": "FedTAD", "table": "Table 2", "datasets": ["Cora", "CiteSeer", "PubMed"], "clients": [5, 10],
+        "seeds": [0, 1, 2], "runs": {"a": {"method": "fedavg"}, "b": {"method": "fedprox"}}}))
+    (studies / "t.yaml").write_text(yaml.safe_dump({
+        "paper": "FedTAD", "table": "Figure 5", "datasets": ["Cora"], "clients": [20], "seeds": [0], "runs": {}}))
+    frame = pd.concat([runs(every()), runs(every(seeds=(0,)), dataset="CiteSeer")])
+    frame.to_csv(snap / "runs.csv", index=False)
+    return snap, studies
+
+
+def test_the_matrix_has_a_row_per_study_and_a_column_per_dataset(tmp_path):
+    snap, studies = synthetic_snapshot(tmp_path)
+    table = snapshot_coverage(snap, studies, tmp_path, None)
+    text = coverage_markdown(table, PAPERS)
+    assert "| Table / figure | Study | Cora | CiteSeer | PubMed |" in text
+    assert "| Table 2 | `s` | 3 of 3 | 1 of 3 | no data offline |" in text
+    assert "| Figure 5 | `t` | not implemented | - | - |" in text
+    assert "- Table 2 x CiteSeer (`s`): 1 of 3 seeds ran (1 with every row and client count" in text
+
+
+def test_cli_writes_the_matrix_and_reproduction_md_includes_it(tmp_path):
+    from fglrepro.cli.report import main
+
+    snap, studies = synthetic_snapshot(tmp_path)
+    main(["coverage", "--snapshot", str(snap), "--study-dir", str(studies), "--paper-dir", str(tmp_path),
+          "--notes", str(tmp_path / "none.yaml")])
+    assert "| Table 2 | `s` | 3 of 3 | 1 of 3 |" in (snap / "COVERAGE.md").read_text()
+    assert len(pd.read_csv(snap / "COVERAGE.csv")) == 4
+    (tmp_path / "notes").mkdir()
+    doc = generate(snap, studies, tmp_path / "notes")
+    fedtad = doc[doc.index("## FedTAD"):doc.index("## O-pFGL")]
+    assert "### Coverage" in fedtad and "| Figure 5 | `t` | not implemented | - | - |" in fedtad
+
+
+def test_the_html_section_counts_the_seeds_of_this_workflow_run(tmp_path):
+    (tmp_path / "metrics").mkdir()
+    runs(every(seeds=(0, 1))).to_csv(tmp_path / "metrics" / "s.csv", index=False)
+    meta = {"study": "s", "table": "Table 2", "columns": [["Cora", 5], ["Cora", 10]],
+            "labels": {"a": "A", "b": "B"}, "protocol": {"seeds": [0, 1, 2]}}
+    html = run_coverage_html("FedTAD", [meta], tmp_path)
+    assert "<td>2 of 3</td>" in html and "<td>2 of 2</td>" in html
+
+
+@committed
+def test_committed_coverage_is_what_the_snapshot_and_study_files_give():
+    table = snapshot_coverage(SNAPSHOT, STUDY_DIR, PAPER_DIR, NOTES / "coverage.yaml")
+    assert (SNAPSHOT / "COVERAGE.md").read_text() == coverage_markdown(table, PAPERS), (
+        "docs/results/COVERAGE.md is stale: run `fgl-report coverage` (defaults: docs/results, config/studies)")
+    assert (SNAPSHOT / "COVERAGE.csv").read_text() == table.to_csv(index=False)
+
+
+@committed
+def test_committed_coverage_counts_the_distinct_ok_seeds_of_runs_csv():
+    """Every (study, dataset) of runs.csv with an ok run is a cell with that many seeds; every study file
+    has its cells; a cell without runs gives a reason."""
+    coverage = pd.read_csv(SNAPSHOT / "COVERAGE.csv").fillna({"reason": ""})
+    ran = pd.read_csv(SNAPSHOT / "runs.csv")
+    seeds = ran[ran["status"] == "ok"].groupby(["study", "dataset"])["seed"].nunique()
+    cells = coverage[coverage["status"].isin(["complete", "partial"])].set_index(["study", "dataset"])["seeds_ok"]
+    assert cells.sort_index().to_dict() == seeds.sort_index().to_dict()
+    assert {p.stem for p in STUDY_DIR.glob("*.yaml")} <= set(coverage["study"].dropna())
+    not_run = coverage[coverage["status"] == "not run"]
+    assert not_run["reason"].isin(REASONS).all()
