@@ -51,6 +51,10 @@ METHOD_MODULES: dict[str, str] = {
     "fedgkd": "fedgkd",
     "fedper": "fedper",
     "fedstar": "fedstar",
+    # O-pFGL's further baselines (issue 29)
+    "renode": "renode",
+    "fedspray": "fedspray",
+    "fedgm": "fedgm",
 }
 
 _REGISTRY: dict[str, type] = {}
