@@ -106,7 +106,8 @@ def test_phase_two_without_generated_neighbours_equals_fedavg_bit_for_bit(sbm, z
 
 def test_generator_rounds_communicate_features_and_gradients(sbm):
     method = make_method(sbm, "fedsage_plus", {"generator_rounds": 3, "num_pred": 2}, rounds=4)
-    before = [{n: p.detach().clone() for n, p in g.fgen.named_parameters()} for g in method.neighgens]
+    generators = method.neighgens  # the method drops them after mending
+    before = [{n: p.detach().clone() for n, p in g.fgen.named_parameters()} for g in generators]
     history = run_federation(method, 4, EVAL)
     up = [r["upload_bytes"] for r in history.rounds]
     # round 1: own features only; from round 2: plus gradients for the two peers
@@ -118,7 +119,10 @@ def test_generator_rounds_communicate_features_and_gradients(sbm):
     model_bytes = sum(p.numel() * 4 for p in method.global_model.parameters())
     assert history.rounds[3]["upload_bytes"] == [model_bytes] * 3
     assert method.peer_grads[0] is not None
-    assert all(not torch.equal(before[k]["5.weight"], g.fgen[5].weight) for k, g in enumerate(method.neighgens))
+    assert all(not torch.equal(before[k]["5.weight"], g.fgen[5].weight) for k, g in enumerate(generators))
+    # phase 2 keeps no NeighGen state
+    assert method.neighgens == method.gen_optimizers == method.aux_classifiers == []
+    assert all(box == {} for box in method.peer_features)
 
 
 def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(sbm):

@@ -225,7 +225,14 @@ def greedy_feature_loss(pred_feat: Tensor, true_feat: Tensor, pred_count: Tensor
 
     Each generated slot ``p < min(P, floor(pred_count))`` of a node with ``true_count > 0``
     costs the smallest feature-mean squared error to one of the node's first
-    ``min(P, true_count)`` true neighbours; the sum is divided by ``n * P``.
+    ``min(P, true_count)`` true neighbours; the sum is divided by ``n * P``:
+
+    ``L = 1/(n P) * sum_i sum_{p < pred_i} min_{q < true_i} mean_f (pred_feat[i, p, f] - true_feat[i, q, f])^2``
+    (``pred_i = min(P, floor(pred_count_i))``, ``true_i = min(P, true_count_i)``, nodes with
+    ``true_count_i = 0`` excluded).
+
+    The distances are computed only for these (node, slot, true neighbour) triples, not for
+    all ``n * P * P`` (the same numbers: each is a mean over one row of ``F`` features).
 
     Args:
         pred_feat: ``[n, P, F]`` generated features.
@@ -239,10 +246,11 @@ def greedy_feature_loss(pred_feat: Tensor, true_feat: Tensor, pred_count: Tensor
     slots = torch.arange(num_pred, device=pred_feat.device)
     true_count = true_count.clamp(max=num_pred)
     pred_count = pred_count.detach().long().clamp(0, num_pred)
-    dist = (pred_feat.unsqueeze(2) - true_feat.unsqueeze(1)).pow(2).mean(-1)
-    dist = dist.masked_fill(~(slots < true_count[:, None])[:, None, :], float("inf"))
-    best = dist.min(-1).values
     active = (slots < pred_count[:, None]) & (true_count[:, None] > 0)
+    node, slot, neighbor = (active[:, :, None] & (slots < true_count[:, None])[:, None, :]).nonzero().unbind(1)
+    pair_dist = (pred_feat[node, slot] - true_feat[node, neighbor]).pow(2).mean(-1)
+    dist = pred_feat.new_full((n, num_pred, num_pred), float("inf")).index_put((node, slot, neighbor), pair_dist)
+    best = dist.min(-1).values
     return torch.where(active, best, torch.zeros_like(best)).sum() / (n * num_pred)
 
 
@@ -263,25 +271,33 @@ def sample_neighbor_features(client: ClientData, num_rows: int, num_pred: int,
     return client.x[neighbors[start[rows, None] + offsets]]
 
 
-def mend_graph(x: Tensor, edge_index: Tensor, count: Tensor, feat: Tensor) -> tuple[Tensor, Tensor]:
+def mend_graph(x: Tensor, edge_index: Tensor, count: Tensor, feat: Tensor,
+               rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Attach ``min(P, count_i)`` generated neighbours to every node i.
 
     Args:
         x: ``[n, F]`` features; edge_index: ``[2, E]``.
         count: ``[n]`` integer counts; feat: ``[n, P, F]`` generated features
-            (gradients flow into the ones used).
+            (gradients flow into the ones used), or ``[r, P, F]`` those of the nodes
+            ``rows [r]`` (ascending) only: the other nodes' generated neighbours get zero features.
 
     Returns:
         ``x' [n + S, F]`` (original rows first, then node i's generated neighbours in
         slot order, nodes in id order) and ``edge_index' [2, E + 2S]`` (original edges
         first, then one undirected edge from each new node to its owner).
     """
-    n, num_pred = feat.shape[:2]
-    used = used_slots(count, num_pred)
-    owner = used.nonzero()[:, 0]
+    n, num_pred = x.size(0), feat.size(1)
+    owner, slot = used_slots(count, num_pred).nonzero().unbind(1)
     new = torch.arange(n, n + owner.numel(), device=x.device)
     edges = torch.cat([edge_index, torch.stack([owner, new]), torch.stack([new, owner])], dim=1)
-    return torch.cat([x, feat[used]]), edges
+    if rows is None:
+        return torch.cat([x, feat[owner, slot]]), edges
+    position = torch.full((n,), -1, dtype=torch.long, device=x.device)
+    position[rows] = torch.arange(rows.numel(), device=x.device)
+    at = position[owner]
+    inside = (at >= 0).nonzero().flatten()
+    generated = feat.new_zeros(owner.numel(), feat.size(2)).index_put((inside,), feat[at[inside], slot[inside]])
+    return torch.cat([x, generated]), edges
 
 
 def mended_client(client: ClientData, count: Tensor, feat: Tensor) -> ClientData:

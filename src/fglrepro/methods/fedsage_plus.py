@@ -103,10 +103,20 @@ class FedSagePlus(ParameterAveraging):
     (the mended graph; the greedy loss reads a subset of them) and the slots where the
     peer gradient is non-zero (it comes from counts of an earlier round); in the upload,
     the slots below the uploaded predicted counts (the only ones peers' losses read);
-    when mending, the slots below each node's count.
+    when mending, the slots below each node's count. On every path the greedy loss measures
+    only the distances it reads (:func:`greedy_feature_loss`) and a local step's mended graph
+    takes fGen's region rows as they are (:func:`mend_graph` with ``rows``): the same numbers.
+
+    Memory: phase 1 keeps every client's NeighGen with its optimiser state, whose output
+    layer alone is ``3 * P * F * 2048`` floats with Adam (weights and two moments; 176 MB
+    on Cora, 455 MB on CiteSeer per client). Adam's weight decay moves every weight at
+    every step, read or not, so a slot's weights and moments are needed as long as a later
+    step or the mending may read that slot (in a Cora-10 run 40 of the 50 client slots are
+    read at some step).
 
     After round ``generator_rounds`` every client runs its NeighGen (eval mode) on its
-    whole local graph and attaches the generated neighbours (:func:`mended_client`).
+    whole local graph and attaches the generated neighbours (:func:`mended_client`); the
+    NeighGens and their optimisers are then dropped.
 
     Later rounds (phase 2): FedAvg of the study's model on the mended graphs, starting
     from the same initial model as FedAvg, weighted by the original node counts.
@@ -186,9 +196,7 @@ class FedSagePlus(ParameterAveraging):
                 optimizer.zero_grad(set_to_none=True)
                 z, count = model.encode(graph.x, graph.adj)
                 region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train))
-                feat = region_feat.new_zeros(graph.x.size(0), *region_feat.shape[1:])
-                feat = feat.index_copy(0, region, region_feat)
-                x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), feat)
+                x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), region_feat, region)
                 logits = classifier(x, normalized_adjacency(edges, x.size(0)))[: graph.x.size(0)]
                 train_feat = region_feat[in_train]
                 loss = (
@@ -267,13 +275,17 @@ class FedSagePlus(ParameterAveraging):
     @torch.no_grad()
     def mend_all(self) -> None:
         """Replace every client's graph by its NeighGen-mended version (in place in
-        ``self.clients``, the list the round loop evaluates on)."""
+        ``self.clients``, the list the round loop evaluates on), then drop what only phase 1
+        uses: the NeighGens, auxiliary classifiers, their optimiser states (most of a run's
+        memory and checkpoint size) and the relayed peer features."""
         for k, client in enumerate(self.clients):
             model = self.neighgens[k]
             model.eval()
             with private_rng(self.federation.generator, self.device):
                 count, feat = model(client.x, client.adj, only_used=self.only_used_slots)
             self.clients[k] = mended_client(client, count.long(), feat)
+        self.neighgens, self.aux_classifiers, self.gen_optimizers = [], [], []
+        self.peer_features = [{} for _ in self.clients]
 
 
 def _within_hops(edge_index: Tensor, seeds: Tensor, hops: int) -> Tensor:
