@@ -1,7 +1,7 @@
 """The vectorised engine against the sequential path and OpenFGL, measured side by side.
 
     .venv/bin/python benchmarks/engine_speed.py [--repeats 3] [--out benchmarks/ENGINE_SPEED.md]
-        [--openfgl-python /tmp/openfgl-venv/bin/python] [--device cpu|cuda]
+        [--openfgl-python /tmp/openfgl-venv/bin/python] [--device cpu|cuda] [--only fedavg:Cora:10 ...]
 
 The CLIs run as modules (``python -m fglrepro.cli.train``), so the script also runs where the
 package is only on PYTHONPATH (a GPU node without the project's virtual environment).
@@ -82,7 +82,8 @@ def train(method: str, engine: str, graph: Path, part: Path, out: Path, device: 
                    "--partition", part, "--out", out, "--threads", 1, "--device", device])
     record = json.loads(out.read_text())
     assert record["engine"] == engine, record["engine"]
-    return {"process_s": process, "loop_s": record["wall_s"], "test_acc": record["metrics"]["best"]["test_acc"]}
+    return {"process_s": process, "loop_s": record["wall_s"], "loop_cpu_s": record["cpu_s"],
+            "test_acc": record["metrics"]["best"]["test_acc"]}
 
 
 def startup(tmp: Path) -> dict:
@@ -108,14 +109,19 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "ENGINE_SPEED.md"))
     parser.add_argument("--openfgl-python", default=os.environ.get("OPENFGL_PYTHON", "/tmp/openfgl-venv/bin/python"))
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--only", nargs="+", metavar="METHOD:DATASET:CLIENTS",
+                        help="measure only these configurations (e.g. fedavg:Cora:10)")
     args = parser.parse_args()
+    configs = [c for c in CONFIGS if args.only is None or ":".join(map(str, c)) in args.only]
+    if not configs:
+        sys.exit(f"--only matches no configuration; choose from {[':'.join(map(str, c)) for c in CONFIGS]}")
     with_openfgl = args.device == "cpu" and openfgl_available(args.openfgl_python)
     rows = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         start = startup(tmp)
-        for method, dataset, clients in CONFIGS:
+        for method, dataset, clients in configs:
             graph, part = prepare(tmp, dataset, clients)
             samples = {"sequential": [], "vectorised": [], "openfgl": []}
             for _ in range(args.repeats):
@@ -149,11 +155,12 @@ def write_report(args, rows, start, with_openfgl, load_before, load_after) -> No
         "Loop: the round loop (100 rounds x 3 local epochs, global model tested each round); process: "
         "the whole `fgl-train` process (imports, loading, loop, writing the run JSON) or OpenFGL's "
         "whole script (imports, its own data processing and Louvain partition, loop). Test accuracy: "
-        "best-validation round (OpenFGL: its own partition and split, so not the same clients).", "",
+        "best-validation round (OpenFGL: its own partition and split, so not the same clients). Loop CPU: "
+        "the CPU seconds of the round loop (``cpu_s`` of the run JSON), less sensitive to other load.", "",
         "| method | data | clients | loop seq. (s) | loop vec. (s) | loop OpenFGL (s) | process seq. (s) | "
         "process vec. (s) | process OpenFGL (s) | vec./seq. loop | vec./seq. process | test acc seq. / vec. / "
-        "OpenFGL |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "OpenFGL | loop CPU seq. / vec. (s) | vec./seq. loop CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for method, dataset, clients, samples in rows:
         seq, vec, ofgl = samples["sequential"], samples["vectorised"], samples["openfgl"]
@@ -165,7 +172,9 @@ def write_report(args, rows, start, with_openfgl, load_before, load_after) -> No
             f"{ofgl_loop} | {median(seq, 'process_s'):.2f} | {median(vec, 'process_s'):.2f} | {ofgl_proc} | "
             f"{median(vec, 'loop_s') / median(seq, 'loop_s'):.2f} | "
             f"{median(vec, 'process_s') / median(seq, 'process_s'):.2f} | "
-            f"{100 * median(seq, 'test_acc'):.1f} / {100 * median(vec, 'test_acc'):.1f} / {ofgl_acc} |")
+            f"{100 * median(seq, 'test_acc'):.1f} / {100 * median(vec, 'test_acc'):.1f} / {ofgl_acc} | "
+            f"{median(seq, 'loop_cpu_s'):.2f} / {median(vec, 'loop_cpu_s'):.2f} | "
+            f"{median(vec, 'loop_cpu_s') / median(seq, 'loop_cpu_s'):.2f} |")
     lines += ["", f"Start-up: `fgl-train` on a missing data file exits after {start['missing_file_s']:.2f} s "
               f"(median of 5; imports of the training path). Heavy libraries imported by a training process "
               f"(of {', '.join(HEAVY)}): {start['heavy_imports']}."]

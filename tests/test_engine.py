@@ -13,13 +13,17 @@ import torch
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig
 from fglrepro.fl.clients import build_clients, normalized_adjacency
-from fglrepro.fl.engine import BatchedEvaluator, ClientBatch, VectorisedEngine, is_symmetric
-from fglrepro.models import bernoulli_mask
+from fglrepro.fl.engine import (
+    BatchedEvaluator,
+    ClientBatch,
+    VectorisedEngine,
+    is_symmetric,
+)
 from fglrepro.fl.evaluation import evaluate_each
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.method import Federation, RunSetup, vectorised_obstacle
 from fglrepro.methods import build_method, check_method, resolve_method
-from fglrepro.models import build_model
+from fglrepro.models import bernoulli_mask, build_model
 from fglrepro.partition.build import PartitionSpec, build_partition
 
 SPEC = PartitionSpec("louvain", "stratified", 0.2, 0.4)
@@ -233,18 +237,21 @@ def test_feature_transpose_equals_the_dense_transposed_product(width):
     torch.testing.assert_close(doubled, 2 * dense.t() @ grad, rtol=1e-5, atol=1e-5)
 
 
-def test_pooled_gradient_buffers_are_not_shared_while_held():
+@pytest.mark.parametrize("width", [40, 4000])
+def test_pooled_gradient_buffers_are_not_shared_while_held(width):
     """Two uses of one sparse first layer in one backward pass (two forward passes on the
-    same features) get distinct buffers, so autograd sums two gradients, not one twice."""
+    same features) get distinct buffers, so autograd sums two gradients, not one twice; with
+    every row of ``X^T`` kept (width 40) or only the non-empty ones (4000)."""
     from dataclasses import replace
 
     from fglrepro.fl.buffers import BufferPool
     from fglrepro.sparse import SparseRows, sparse_matmul
 
-    rows, columns, values, dense = _random_sparse_rows(30, 4000, 300)
-    features = SparseRows.entries(rows, columns, values, (30, 4000))
+    rows, columns, values, dense = _random_sparse_rows(30, width, 300)
+    features = SparseRows.entries(rows, columns, values, (30, width))
     features._transpose = replace(features.transposed(), pool=BufferPool(min_bytes=0))
-    weight = torch.randn(4000, 8, requires_grad=True)
+    assert (features.transposed().rows is None) == (width == 40)
+    weight = torch.randn(width, 8, requires_grad=True)
     g1, g2 = torch.randn(30, 8), torch.randn(30, 8)
     torch.testing.assert_close(sparse_matmul(features, weight), dense @ weight, rtol=1e-5, atol=1e-5)
     out1, out2 = sparse_matmul(features, weight), sparse_matmul(features, weight)

@@ -31,6 +31,21 @@ def test_weighted_average_is_the_weighted_mean():
         assert torch.allclose(avg[key], expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("num_clients", [3, 40])
+def test_weighted_average_is_bit_for_bit_the_float64_stack_scaled_then_summed(num_clients):
+    """The stored FedAvg runs were made with ``(stack64 * w / sum(w)).sum(0)`` cast back to
+    float32: the average must give exactly those values (one accumulated in float32 does not)."""
+    gen = torch.Generator().manual_seed(num_clients)
+    states = [{"w": torch.randn(64, 33, generator=gen), "b": torch.randn(7, generator=gen)} for _ in range(num_clients)]
+    weights = [float(n) for n in torch.randint(20, 300, (num_clients,), generator=gen)]
+    w = torch.tensor(weights, dtype=torch.float64)
+    out = weighted_average(states, weights)
+    for key in ("w", "b"):
+        stack = torch.stack([s[key].double() for s in states])
+        reference = (stack * (w / w.sum()).view(-1, *([1] * (stack.dim() - 1)))).sum(0).float()
+        assert torch.equal(out[key], reference), key
+
+
 def test_personalized_average_gives_each_receiver_its_weighted_average():
     gen = torch.Generator().manual_seed(1)
     states = [{"w": torch.randn(4, 3, generator=gen), "b": torch.randn(3, generator=gen)} for _ in range(5)]

@@ -109,7 +109,24 @@ def test_stats_of_a_partition(cora):
     assert stats["average"]["nodes"] == pytest.approx(cora.num_nodes / 5)
     assert sum(c["edges"] for c in stats["clients"]) <= cora.edge_index.size(1) // 2
     assert 0 < stats["heterogeneity"] < 1
-    assert all(0 <= c["clustering"] <= 1 for c in stats["clients"])
+
+
+def test_stats_clustering_of_each_clients_induced_subgraph_by_hand():
+    """Client {0, 1, 2, 3}: triangle 0-1-2 and pendant 3 on node 2 -> (1 + 1 + 1/3 + 0) / 4;
+    client {4, 5, 6}: a path, 0. The cut edge 3-4 and the chord 4-6's absence decide both."""
+    from torch_geometric.data import Data
+
+    undirected = [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    edges = torch.tensor(undirected + [(v, u) for u, v in undirected]).t()
+    data = Data(edge_index=edges, y=torch.zeros(7, dtype=torch.long))
+    data.num_classes = 1
+    nodes = [torch.tensor([0, 1, 2, 3]), torch.tensor([4, 5, 6])]
+    masks = [torch.ones(4, dtype=torch.bool), torch.ones(3, dtype=torch.bool)]
+    part = Partition(7, nodes, masks, masks, masks, torch.zeros(2, dtype=torch.bool))
+    stats = partition_stats(data, part)
+    assert [c["clustering"] for c in stats["clients"]] == pytest.approx([7 / 12, 0.0])
+    assert [c["edges"] for c in stats["clients"]] == [4, 2]
+    assert stats["average"]["clustering"] == pytest.approx(7 / 24)
 
 
 def test_stats_count_classes_and_kept_edges_by_hand():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -293,3 +295,13 @@ def test_louvain_plus_defaults_to_the_authors_chunk_order(graph):
 def test_spec_rejects_an_unknown_chunk_order_naming_the_choices():
     with pytest.raises(ConfigError, match=r"partition.options.chunk_order = 'random'.*\['authors', 'community'\]"):
         PartitionSpec("louvain_plus", "stratified", 0.2, 0.4, {"chunk_order": "random"})
+
+
+def test_igraph_loads_without_matplotlib_which_stays_importable():
+    """Louvain's igraph import skips igraph's plotting back-end (a third of a partition job's
+    CPU); matplotlib itself is importable afterwards."""
+    code = ("import sys; from fglrepro.partition.partitioners import import_igraph; "
+            "graph = import_igraph().Graph(n=3); print('matplotlib' in sys.modules); "
+            "import matplotlib.pyplot; print('matplotlib.pyplot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -64,11 +64,14 @@ class FeatureTranspose:
         return FeatureTranspose(csr=csr, rows=self.rows, num_rows=self.num_rows, order=self.order, pool=self.pool)
 
     def matmul(self, grad: Tensor) -> Tensor:
-        """``X^T grad``: ``grad [n, H]`` -> ``[D, H]``."""
-        product = torch.sparse.mm(self.csr, grad)
+        """``X^T grad``: ``grad [n, H]`` -> ``[D, H]``, written into buffers of :attr:`pool`
+        (a fresh multi-megabyte result per step costs more than the product itself)."""
+        width = grad.size(1)
+        product = self.pool.empty((self.csr.size(0), width), grad.dtype, grad.device)
+        torch.mm(self.csr, grad, out=product)
         if self.rows is None:
             return product
-        return self.pool.zeros((self.num_rows, product.size(1)), product).index_copy_(0, self.rows, product)
+        return self.pool.zeros((self.num_rows, width), product).index_copy_(0, self.rows, product)
 
 
 @dataclass(eq=False)

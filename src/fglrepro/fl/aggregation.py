@@ -13,19 +13,19 @@ from fglrepro.fl.buffers import BufferPool
 _STACKS = BufferPool(keep=8)
 
 
-def _stacked64(states: Sequence[dict[str, Tensor]], key: str) -> Tensor:
-    """``[K, ...]`` float64 stack of tensor ``key`` of the K ``states``."""
+def _stacked64(states: Sequence[dict[str, Tensor]], key: str, scale: Tensor | None = None) -> Tensor:
+    """``[K, ...]`` float64 stack of tensor ``key`` of the K ``states``, row ``k`` times
+    ``scale[k]`` (``[K]`` float64) if given. Each row is scaled right after its copy, while it
+    is in cache (the same float64 products as scaling the whole stack afterwards)."""
     first = states[0][key]
     stacked = _STACKS.empty((len(states), *first.shape), torch.float64, first.device)
-    for row, state in zip(stacked, states):
-        row.copy_(state[key])
+    if scale is None:
+        for row, state in zip(stacked, states):
+            row.copy_(state[key])
+    else:
+        for row, state, factor in zip(stacked, states, scale.to(first.device).unbind(0)):
+            row.copy_(state[key]).mul_(factor)
     return stacked
-
-
-def _normalised(weights: Sequence[float] | Tensor, like: Tensor) -> Tensor:
-    """``weights / sum(weights)`` in float64, shaped to broadcast over the stack ``like``."""
-    w = torch.as_tensor(weights, dtype=torch.float64)
-    return (w / w.sum()).to(like.device).view((-1,) + (1,) * (like.dim() - 1))
 
 
 def weighted_average(states: Sequence[dict[str, Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
@@ -35,11 +35,9 @@ def weighted_average(states: Sequence[dict[str, Tensor]], weights: Sequence[floa
         states: K dicts with identical keys and shapes.
         weights: K non-negative weights (e.g. client node counts n_k).
     """
-    out = {}
-    for key, first in states[0].items():
-        stacked = _stacked64(states, key)
-        out[key] = stacked.mul_(_normalised(weights, stacked)).sum(0).to(first.dtype)
-    return out
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    w = w / w.sum()
+    return {key: _stacked64(states, key, w).sum(0).to(first.dtype) for key, first in states[0].items()}
 
 
 def personalized_average(states: Sequence[dict[str, Tensor]], weight_matrix: Tensor) -> list[dict[str, Tensor]]:

@@ -269,6 +269,9 @@ class StackedOptimizer:
         self.exp_avg_sq = [torch.zeros(num_clients, *s, device=device) for s in shapes]
         #: per parameter and client, as torch keeps one step tensor per parameter
         self.step_counts = [[torch.zeros((), device=device) for _ in range(num_clients)] for _ in shapes]
+        #: per parameter, the K row views of the moments (made once: a view per client and step costs)
+        self._exp_avg_rows = [t.unbind(0) for t in self.exp_avg]
+        self._exp_avg_sq_rows = [t.unbind(0) for t in self.exp_avg_sq]
 
     def step(self, clients: list[int], params: list[Tensor], grads: list[Tensor]) -> None:
         """One step for ``clients`` whose rows ``0..m-1`` of ``params``/``grads`` (in place)."""
@@ -280,12 +283,11 @@ class StackedOptimizer:
             return
         flat_p, flat_g, flat_m, flat_v, flat_s = [], [], [], [], []
         for j, (p, g) in enumerate(zip(params, grads)):
-            for i, k in enumerate(clients):
-                flat_p.append(p[i])
-                flat_g.append(g[i])
-                flat_m.append(self.exp_avg[j][k])
-                flat_v.append(self.exp_avg_sq[j][k])
-                flat_s.append(self.step_counts[j][k])
+            flat_p.extend(p.unbind(0))
+            flat_g.extend(g.unbind(0))
+            flat_m.extend(self._exp_avg_rows[j][k] for k in clients)
+            flat_v.extend(self._exp_avg_sq_rows[j][k] for k in clients)
+            flat_s.extend(self.step_counts[j][k] for k in clients)
         adam(
             flat_p, flat_g, flat_m, flat_v, [], flat_s, fused=True, amsgrad=False, beta1=0.9, beta2=0.999,
             lr=cfg.lr, weight_decay=cfg.weight_decay, eps=1e-8, maximize=False,

@@ -115,7 +115,8 @@ def file_masks(path: str | Path, client_nodes: list[Tensor], num_nodes: int) -> 
     clients = read_external(path, num_nodes)
     missing = [k for k, client in enumerate(clients) if not all(s in client for s in SPLITS)]
     if missing:
-        raise ConfigError(f"{path}: split mode 'file' needs {list(SPLITS)} for every client; clients {missing} lack some")
+        raise ConfigError(f"{path}: split mode 'file' needs {list(SPLITS)} for every client; "
+                          f"clients {missing} lack some")
     return tuple([torch.isin(nodes, c[s]) for nodes, c in zip(client_nodes, clients)] for s in SPLITS)
 
 

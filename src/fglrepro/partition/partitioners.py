@@ -13,7 +13,9 @@ new ones in :data:`PARTITIONERS`.
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -46,6 +48,26 @@ def _undirected_pairs(edge_index: Tensor) -> np.ndarray:
     return torch.stack([row[keep], col[keep]], 1).numpy()
 
 
+def import_igraph() -> ModuleType:
+    """``igraph`` without its plotting back-end.
+
+    ``import igraph`` imports ``matplotlib.pyplot`` whenever matplotlib is installed (for its
+    drawing functions, which no partitioner uses): a third of a partition job's CPU. Unless
+    matplotlib is loaded already, it is hidden while igraph loads (igraph then keeps a stub
+    that raises on drawing) and visible again afterwards.
+    """
+    if "igraph" in sys.modules or "matplotlib" in sys.modules:
+        import igraph
+
+        return igraph
+    sys.modules["matplotlib"] = None
+    try:
+        import igraph
+    finally:
+        del sys.modules["matplotlib"]
+    return igraph
+
+
 #: Louvain implementations: igraph's C ``community_multilevel`` (ours), or python-louvain's
 #: ``best_partition``, which the FedTAD and O-pFGL authors' code vendors (``library`` option).
 LOUVAIN_LIBRARIES = ("igraph", "python-louvain")
@@ -72,8 +94,7 @@ def louvain_membership(
         partition = python_louvain.best_partition(graph, resolution=resolution, random_state=seed)
         membership = np.array([partition[i] for i in range(num_nodes)])
     else:
-        import igraph
-
+        igraph = import_igraph()
         graph = igraph.Graph(n=num_nodes)
         graph.add_edges(_undirected_pairs(edge_index))
         igraph.set_random_number_generator(random.Random(seed))
