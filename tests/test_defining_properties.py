@@ -3,6 +3,7 @@ swapped: each test here catches at least one mutation of scripts/mutations.yaml 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -13,10 +14,12 @@ from helpers import hand_client, make_method, one_round
 
 from fglrepro.config import EvalConfig, ModelConfig
 from fglrepro.fl.aggregation import parameters_of
+from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.engine import VectorisedEngine
 from fglrepro.fl.evaluation import evaluate_each
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.task_relator import aggregation_weights, relator_weights
-from fglrepro.methods import adafgl, fedgkc, fedtad, fgssl, fiarse, opfgl
+from fglrepro.methods import adafgl, fedgkc, fedstar, fedtad, fgssl, fiarse, moon, opfgl
 from fglrepro.metrics import macro_f1
 from fglrepro.partition.partitioners import PARTITIONERS, get_partitioner, louvain_membership
 
@@ -404,3 +407,116 @@ def test_fiarse_submodel_zeroes_parameters_below_the_threshold():
     out = fiarse.MaskedSubmodel(model, torch.tensor(0.9))(x, None)
     # kept: -2.0, 3.0, 1.0 and the bias -1.5
     assert out[0].tolist() == pytest.approx([-2.0, 3.0 + 1.0 - 1.5])
+
+
+# ---- MOON: the contrastive term pulls towards the global model, away from the previous local one ---
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_moon_moves_representations_towards_the_global_model_and_away_from_the_previous_local_one(
+        sbm, engine):
+    """After round 1 every client has a previous local model (MOON's negative); in round 2 the
+    contrastive term must raise ``cos(z, z_glob) - cos(z, z_prev)`` above what cross-entropy
+    alone (``mu = 0``) reaches, on the sequential path and on the engine's batched terms."""
+
+    def margin(mu: float) -> float:
+        method = make_method(sbm, "moon", {"mu": mu}, model=ModelConfig(hidden=16, dropout=0.0), local_epochs=10)
+        if engine:
+            method.federation.engine = VectorisedEngine(method.federation)
+        one_round(method, 1)
+        previous = [copy.deepcopy(state.model) for state in method.states]
+        received = copy.deepcopy(method.global_model)
+        method.client_updates([0, 1, 2], 2)
+        total = 0.0
+        for client, state, prev in zip(method.clients, method.states, previous):
+            z = moon.node_representations(state.model, client)
+            positive = moon.node_representations(received, client)
+            negative = moon.node_representations(prev, client)
+            total += float((F.cosine_similarity(z, positive) - F.cosine_similarity(z, negative)).mean())
+        return total / len(method.clients)
+
+    assert margin(5.0) > margin(0.0) + 0.05
+
+
+# ---- Local: every client trains alone and goes on from where it stopped -------------------------------
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_local_clients_depend_on_their_own_data_only(sbm, engine):
+    def client_zero(name: str, scramble: bool) -> list[torch.Tensor]:
+        method = make_method(sbm, name)
+        if engine:
+            method.federation.engine = VectorisedEngine(method.federation)
+        if scramble:  # the other clients' features and labels, shapes (and dropout draws) unchanged
+            gen = torch.Generator().manual_seed(1)
+            for client in method.clients[1:]:
+                client.x.copy_(torch.rand(client.x.shape, generator=gen))
+                client.y.copy_(client.y[torch.randperm(client.num_nodes, generator=gen)])
+        for round_ in (1, 2):
+            one_round(method, round_)
+        return [p.detach().clone() for p in method.states[0].model.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(client_zero("local", False), client_zero("local", True)))
+    # the scrambling reaches client 0 as soon as anything is shared
+    assert not all(torch.equal(a, b) for a, b in zip(client_zero("fedavg", False), client_zero("fedavg", True)))
+
+
+def test_local_training_goes_on_across_rounds_from_the_clients_own_models(sbm):
+    """Without dropout, 2 rounds of 2 local epochs are 1 round of 4: nothing resets a client's
+    model or optimiser between rounds."""
+
+    def models(rounds: int, epochs: int) -> list[torch.Tensor]:
+        method = make_method(sbm, "local", model=ModelConfig(hidden=16, dropout=0.0), local_epochs=epochs)
+        for round_ in range(1, rounds + 1):
+            one_round(method, round_)
+        return [p.detach().clone() for state in method.states for p in state.model.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(models(2, 2), models(1, 4)))
+    assert not all(torch.equal(a, b) for a, b in zip(models(1, 2), models(1, 4)))
+
+
+# ---- FedPer: the personal layer stays, the others are the n_k-weighted average --------------------
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_fedper_keeps_each_clients_readout_and_averages_the_gcn_layers_by_node_count(sbm, engine):
+    method = make_method(sbm, "fedper", model=ModelConfig(hidden=16, readout=True), unbalanced=True)
+    if engine:
+        method.federation.engine = VectorisedEngine(method.federation)
+    method.client_updates([0, 1, 2], 1)
+    trained = [{n: p.detach().clone() for n, p in state.model.named_parameters()} for state in method.states]
+    method.server_update(1, {k: method.upload(k, 1, 0.0) for k in range(3)})
+    for k in range(3):
+        method.receive(k, 2)
+    sizes = torch.tensor([float(c.num_nodes) for c in method.clients], dtype=torch.float64)
+    weights = sizes / sizes.sum()
+    assert weights[0] < 0.2  # client 0 is small: a plain mean would differ
+    for name, param in method.states[0].model.named_parameters():
+        for k, state in enumerate(method.states):
+            own = dict(state.model.named_parameters())[name]
+            if name.startswith("readout."):
+                assert torch.equal(own, trained[k][name])
+            else:
+                average = sum(w * trained[i][name].double() for i, w in enumerate(weights)).float()
+                assert torch.allclose(own, average, atol=1e-6), name
+
+
+# ---- FedStar: structure feeds the feature channel, only the structure channel is averaged ----------
+
+
+def test_fedstar_feature_channel_reads_the_structure_channel_and_not_the_reverse():
+    model = fedstar.DecoupledGCN(in_channels=5, structure_dim=4, hidden=8, out_channels=3, layers=2,
+                                 dropout=0.0).eval()
+    gen = torch.Generator().manual_seed(0)
+    edges = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5], [1, 0, 2, 1, 3, 2, 4, 3, 5, 4]])
+    adj = normalized_adjacency(edges, 6)
+    x = torch.rand(6, 9, generator=gen)
+    structure, features = x.clone(), x.clone()
+    structure[:, 5:] += torch.rand(6, 4, generator=gen)  # another structure encoding
+    features[:, :5] += torch.rand(6, 5, generator=gen)  # other node features
+    hidden, hidden_structure, hidden_features = (model(v, adj, return_hidden=True)[0] for v in
+                                                 (x, structure, features))
+    h, s = slice(0, 8), slice(8, 16)  # hidden = [h_L || s_L]
+    assert not torch.allclose(hidden[:, h], hidden_structure[:, h], atol=1e-4)  # h_L reads s
+    assert torch.equal(hidden[:, s], hidden_features[:, s])  # s_L never reads the features
+    assert not torch.allclose(hidden[:, h], hidden_features[:, h], atol=1e-4)
