@@ -66,6 +66,11 @@ def set_fast_dropout(enabled: bool) -> None:
     _fast_dropout = bool(enabled)
 
 
+def fast_dropout_enabled() -> bool:
+    """Whether fast dropout is on (:func:`set_fast_dropout`)."""
+    return _fast_dropout
+
+
 def bernoulli_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tensor:
     """Boolean ``shape`` of independent Bernoulli(``keep``) draws, ``keep`` rounded to a
     multiple of 2^-16: each of the three low 16-bit words of a random 63-bit integer is one

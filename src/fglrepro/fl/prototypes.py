@@ -8,7 +8,7 @@ a class without training nodes is not reported.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,10 @@ from torch import Tensor, nn
 
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.method import Upload
+
+if TYPE_CHECKING:
+    from fglrepro.fl.engine import ClientBatch
+    from fglrepro.fl.grouped import PerClient
 
 
 def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -40,10 +44,12 @@ def client_prototypes(model: nn.Module, client: ClientData) -> tuple[Tensor, Ten
     return class_prototypes(hidden[client.train_mask], client.y[client.train_mask], client.num_classes)
 
 
-def prototype_upload(model: nn.Module, client: ClientData, loss: float) -> Upload:
+def prototype_upload(model: nn.Module, client: ClientData, loss: float,
+                     computed: tuple[Tensor, Tensor, Tensor] | None = None) -> Upload:
     """A prototype-only upload (FedTGP, FedPPN): ``extras`` = the ``classes [m]`` with training
-    nodes and their ``prototypes [m, d]`` (:func:`client_prototypes`), no parameters."""
-    classes, prototypes, _ = client_prototypes(model, client)
+    nodes and their ``prototypes [m, d]`` (:func:`client_prototypes`, or ``computed`` already),
+    no parameters."""
+    classes, prototypes, _ = client_prototypes(model, client) if computed is None else computed
     return Upload(params={}, extras={"classes": classes, "prototypes": prototypes}, weight=float(client.num_nodes),
                   loss=loss)
 
@@ -75,21 +81,38 @@ def plain_mean_parts(messages: Iterable[dict[str, Tensor]]) -> list[tuple[Tensor
     return [(m["classes"], m["prototypes"], torch.ones(m["classes"].numel())) for m in messages]
 
 
-def prototype_alignment_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, present: Tensor) -> Tensor:
+def prototype_alignment_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, present: Tensor,
+                             clients: PerClient | None = None) -> Tensor:
     r"""OpenFGL's FedTGP (and FedProto) regulariser: the sum over classes ``c`` with a global
     prototype of the mean squared error between the embeddings of class ``c`` and ``p_c``:
 
     .. math:: \sum_c \frac{1}{N^c d} \sum_{i: y_i = c} \lVert h_i - p_c \rVert^2,
 
-    ``hidden [m, d]``, ``labels [m]``, ``prototypes [C, d]``, ``present [C]`` bool.
+    ``hidden [m, d]``, ``labels [m]``, ``prototypes [C, d]``, ``present [C]`` bool. A scalar,
+    or with ``clients`` (the client of each row, :class:`~fglrepro.fl.grouped.PerClient`) each
+    client's own sum over its rows, ``[K]`` (``N^c`` counted per client).
     """
     keep = present[labels]
     rows, classes = hidden[keep], labels[keep]
-    if classes.numel() == 0:
+    if clients is None and classes.numel() == 0:
         return hidden.sum() * 0.0
     errors = (rows - prototypes[classes]).pow(2).mean(dim=1)       # [m'] per-node MSE
-    counts = torch.bincount(classes, minlength=prototypes.size(0)).to(errors.dtype)
-    return (errors / counts[classes]).sum()
+    if clients is None:
+        counts = torch.bincount(classes, minlength=prototypes.size(0)).to(errors.dtype)
+        return (errors / counts[classes]).sum()
+    client = clients.client[keep]
+    cells = client * prototypes.size(0) + classes
+    counts = torch.bincount(cells, minlength=clients.num_clients * prototypes.size(0)).to(errors.dtype)
+    return errors.new_zeros(clients.num_clients).index_add(0, client, errors / counts[cells])
+
+
+def union_prototypes(hidden: Tensor, union: ClientBatch, num_classes: int) -> dict[int, tuple[Tensor, Tensor, Tensor]]:
+    """:func:`client_prototypes` of every client of ``union`` (``{k: (classes, prototypes,
+    counts)}``) from the embeddings ``hidden [N, d]`` of their models on the union's nodes
+    (evaluation mode)."""
+    sizes = union.sizes.tolist()
+    parts = zip(union.clients, *(torch.split(t, sizes) for t in (hidden, union.y, union.train_mask)))
+    return {k: class_prototypes(h[mask], y[mask], num_classes) for k, h, y, mask in parts}
 
 
 def margin_contrastive_loss(hidden: Tensor, labels: Tensor, prototypes: Tensor, margin: float) -> Tensor:

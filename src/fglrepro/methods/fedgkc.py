@@ -18,6 +18,11 @@ logits by default (``neighbour_space``, see ``FedGKCHparams``); the weak and
 strong views are fresh random edge removals + feature-column maskings of the client graph
 each step, the weak one the detached teacher.
 
+With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`):
+the local models of one architecture as one stacked model, the copilots of all clients as
+another, one step for all (the views drawn per architecture's union); :func:`mutual_terms`
+and :func:`self_distillation_terms` are the losses of both paths.
+
 Server side, knowledge-aware model aggregation (KAMA): each client uploads its copilot
 and its knowledge level P_k (eq. 8) from the copilot's predictions on all its nodes; the
 server averages the copilots with ``w_k = (w_vol + w_know) / 2`` (eq. 6-11,
@@ -33,6 +38,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +49,9 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.augment import perturbed_view
 from fglrepro.fl.clients import ClientData
-from fglrepro.fl.losses import kl_divergence, neighbourhood_kl
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import WHOLE_GRAPH, GroupedRole, GroupedUpdates, PerClient, WholeGraph
+from fglrepro.fl.losses import neighbourhood_kl
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
 from fglrepro.methods import register
 from fglrepro.models import edge_index_of, hidden_width
@@ -117,39 +126,69 @@ class FedGKCHparams:
         return self.beta if self.uses_smkd else 0.0
 
 
-def mutual_losses(local: tuple[Tensor, Tensor], copilot: tuple[Tensor, Tensor], client: ClientData,
-                  hp: FedGKCHparams) -> tuple[Tensor, Tensor]:
+def mutual_terms(local: tuple[Tensor, Tensor], copilot: tuple[Tensor, Tensor], labels: Tensor, mask: Tensor,
+                 neighbour_kl: Callable[[Tensor, Tensor], Tensor], hp: FedGKCHparams,
+                 terms: WholeGraph | PerClient = WHOLE_GRAPH) -> tuple[Tensor, Tensor]:
     """``(L_local-mutu, L_cop-mutu)`` of eq. 3 and 2 from the two models' ``(hidden [n, d],
-    logits [n, C])``: cross-entropy and KL on the training nodes, L_neigh on all nodes; in
-    each loss the other model is the detached teacher."""
+    logits [n, C])``: cross-entropy and KL on the training nodes (``mask [n]``, their
+    ``labels``), L_neigh (``neighbour_kl(teacher, student)``, eq. 1) on all nodes; in each
+    loss the other model is the detached teacher. Scalars, or per client ``[K]`` with
+    ``terms`` :class:`~fglrepro.fl.grouped.PerClient` (and a per-client ``neighbour_kl``)."""
     (hidden_l, logits_l), (hidden_c, logits_c) = local, copilot
-    mask = client.train_mask
-    labels = client.y[mask]
-    loss_l = hp.alpha * F.cross_entropy(logits_l[mask], labels)
-    loss_c = hp.alpha * F.cross_entropy(logits_c[mask], labels)
+    loss_l = hp.alpha * terms.cross_entropy(logits_l[mask], labels)
+    loss_c = hp.alpha * terms.cross_entropy(logits_c[mask], labels)
     if not hp.mutual:
         return loss_l, loss_c
     beta = hp.neighbour_weight
     if beta > 0:
         z_l, z_c = (logits_l, logits_c) if hp.neighbour_space == "logits" else (hidden_l, hidden_c)
-        loss_l = loss_l + beta * neighbourhood_kl(z_c.detach(), z_l, client.adj)
-        loss_c = loss_c + beta * neighbourhood_kl(z_l.detach(), z_c, client.adj)
+        loss_l = loss_l + beta * neighbour_kl(z_c.detach(), z_l)
+        loss_c = loss_c + beta * neighbour_kl(z_l.detach(), z_c)
     distill = 1 - hp.alpha - beta
-    loss_l = loss_l + distill * kl_divergence(logits_c[mask].detach(), logits_l[mask])
-    loss_c = loss_c + distill * kl_divergence(logits_l[mask].detach(), logits_c[mask])
+    loss_l = loss_l + distill * terms.kl(logits_c[mask].detach(), logits_l[mask])
+    loss_c = loss_c + distill * terms.kl(logits_l[mask].detach(), logits_c[mask])
     return loss_l, loss_c
 
 
+def mutual_losses(local: tuple[Tensor, Tensor], copilot: tuple[Tensor, Tensor], client: ClientData,
+                  hp: FedGKCHparams) -> tuple[Tensor, Tensor]:
+    """:func:`mutual_terms` of one client: cross-entropy and KL on its training nodes,
+    L_neigh over its adjacency."""
+    return mutual_terms(local, copilot, client.y[client.train_mask], client.train_mask,
+                        partial(neighbourhood_kl, adj=client.adj), hp)
+
+
+def client_neighbourhood_kl(teacher: Tensor, student: Tensor, union: ClientBatch) -> Tensor:
+    """:func:`~fglrepro.fl.losses.neighbourhood_kl` of every client of ``union`` at once,
+    ``[m]``: ``teacher``, ``student`` ``[N, d]`` on the union's nodes, neighbours the edges of
+    its block-diagonal adjacency (they never cross clients), each client's sum over its nodes
+    divided by its node count."""
+    log_p, log_q = F.log_softmax(teacher, dim=-1), F.log_softmax(student, dim=-1)
+    p = log_p.exp()
+    own = (p * (log_p - log_q)).sum(dim=-1)
+    source, target = edge_index_of(union.adj)
+    neighbours = (p * log_p).sum(dim=-1)[source] - (p[source] * log_q[target]).sum(dim=-1)
+    total = union.per_client_sum(own) + own.new_zeros(union.num_clients).index_add(0, union.batch[target], neighbours)
+    return total / union.sizes
+
+
+def self_distillation_terms(weak: tuple[Tensor, Tensor], strong: tuple[Tensor, Tensor],
+                            terms: WholeGraph | PerClient = WHOLE_GRAPH) -> Tensor:
+    """Eq. 4 from the weak view's ``(hidden, logits)`` (the teacher, no gradient) and the
+    strong view's: ``MSE(e_weak, e_strong) + KL(p_weak || p_strong)`` over all nodes."""
+    (hidden_weak, logits_weak), (hidden_strong, logits_strong) = weak, strong
+    return terms.mse(hidden_strong, hidden_weak) + terms.kl(logits_weak, logits_strong)
+
+
 def self_distillation_loss(model: nn.Module, client: ClientData, hp: FedGKCHparams) -> Tensor:
-    """Eq. 4 on fresh weak and strong views: ``MSE(e_weak, e_strong) + KL(p_weak || p_strong)``
-    over all nodes (embeddings ``[n, d]``, mean over entries; KL averaged over nodes), the
-    weak view the detached teacher."""
+    """Eq. 4 on fresh weak and strong views (:func:`self_distillation_terms`): embeddings
+    ``[n, d]``, MSE mean over entries, KL averaged over nodes, the weak view the detached
+    teacher."""
     x_weak, adj_weak = perturbed_view(client, hp.weak_edge_drop, hp.weak_feature_mask)
     x_strong, adj_strong = perturbed_view(client, hp.strong_edge_drop, hp.strong_feature_mask)
     with torch.no_grad():
-        hidden_weak, logits_weak = model(x_weak, adj_weak, return_hidden=True)
-    hidden_strong, logits_strong = model(x_strong, adj_strong, return_hidden=True)
-    return F.mse_loss(hidden_strong, hidden_weak) + kl_divergence(logits_weak, logits_strong)
+        weak = model(x_weak, adj_weak, return_hidden=True)
+    return self_distillation_terms(weak, model(x_strong, adj_strong, return_hidden=True))
 
 
 def mean_neighbour_cosine(probs: Tensor, edge_index: Tensor) -> Tensor:
@@ -195,6 +234,15 @@ def knowledge_level(model: nn.Module, client: ClientData, hp: FedGKCHparams) -> 
                        hp.kama_assoc_clarity).mean()
 
 
+def client_knowledge_levels(logits: Tensor, union: ClientBatch, hp: FedGKCHparams) -> Tensor:
+    """:func:`knowledge_level` of every client of ``union`` at once, ``[m]``, from the
+    copilots' logits ``[N, M]`` (evaluation mode) on the union's nodes: each client's mean
+    node score (the union's edges never cross clients)."""
+    scores = node_scores(F.softmax(logits, dim=-1), edge_index_of(union.adj), hp.lam, hp.kama_strength,
+                         hp.kama_class_clarity, hp.kama_assoc_clarity)
+    return union.per_client_sum(scores) / union.sizes
+
+
 def kama_weights(volumes: Tensor, knowledge: Tensor) -> Tensor:
     """Aggregation weights ``w_k = (w_vol + w_know) / 2`` ``[K]`` (eq. 6, 9, 10) from data
     volumes ``N_k`` and knowledge levels ``P_k`` ``[K]``; they sum to 1.
@@ -212,7 +260,7 @@ def kama_weights(volumes: Tensor, knowledge: Tensor) -> Tensor:
 
 
 @register("fedgkc")
-class FedGKC(FederatedMethod):
+class FedGKC(GroupedUpdates, FederatedMethod):
     """Client k's own model ``states[k].model`` (tested, heterogeneous) and copilot
     ``states[k].modules["copilot"]`` (aggregated with KAMA); ``states[k].received`` is the
     server's copilot."""
@@ -230,6 +278,8 @@ class FedGKC(FederatedMethod):
             state.received = self.global_copilot
         #: the last round's aggregation weights of the uploading clients (ascending ids), ``[m]``
         self.weights: Tensor | None = None
+        #: knowledge levels computed on the grouped path for this round's uploads
+        self._knowledge: dict[int, Tensor] = {}
 
     @classmethod
     def check_protocol(cls, hparams: FedGKCHparams, setup: RunSetup) -> None:
@@ -265,11 +315,40 @@ class FedGKC(FederatedMethod):
 
         return loss
 
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        return {"local": [s.model for s in self.states], "copilot": [s.modules["copilot"] for s in self.states]}
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """:meth:`local_objective` of every participant, ``[m]``: both models of every client
+        in two stacked forwards (the local models one per architecture), the two views of
+        the self-distillation drawn for each architecture's union at once."""
+        hp, local = self.hparams, roles["local"]
+        mask = union.train_mask
+        loss_l, loss_c = mutual_terms(local.forward(), roles["copilot"].forward(), union.y[mask], mask,
+                                      partial(client_neighbourhood_kl, union=union), hp,
+                                      PerClient(union.batch[mask], union.num_clients))
+        if hp.uses_smkd and hp.self_distill:
+            with torch.no_grad():
+                weak = local.forward(perturb=(hp.weak_edge_drop, hp.weak_feature_mask))
+            strong = local.forward(perturb=(hp.strong_edge_drop, hp.strong_feature_mask))
+            loss_l = loss_l + self_distillation_terms(weak, strong, PerClient(union.batch, union.num_clients))
+        return loss_l + loss_c
+
+    def grouped_trained(self, ks: list[int], union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> None:
+        """With KAMA, every participant's knowledge level P_k from one forward pass of all
+        copilots (:func:`client_knowledge_levels`), taken by :meth:`upload`."""
+        if self.hparams.uses_kama:
+            levels = client_knowledge_levels(roles["copilot"].predict(ks)[1], union, self.hparams)
+            self._knowledge = dict(zip(ks, levels))
+
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The copilot's parameters (the same for every local architecture) and, with KAMA,
         the knowledge level P_k."""
         copilot, client = self.states[k].modules["copilot"], self.clients[k]
-        extras = {"knowledge": knowledge_level(copilot, client, self.hparams).view(1)} if self.hparams.uses_kama else {}
+        extras = {}
+        if self.hparams.uses_kama:
+            level = self._knowledge.pop(k, None)
+            extras["knowledge"] = (knowledge_level(copilot, client, self.hparams) if level is None else level).view(1)
         return Upload(params=parameters_of(copilot), extras=extras, weight=float(client.num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:

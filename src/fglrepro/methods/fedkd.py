@@ -15,6 +15,10 @@ FedPPN's graph version ``FedKD_node_trainer``). On the training nodes, with
 
 KL teachers detached, ``s`` not (as in both codes); the client descends ``L_mentor + L_mentee``
 (the codes' two backward passes accumulate the same gradients).
+
+With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
+the mentors of one architecture, all mentees and all hidden maps each as one stacked model,
+one step for all); :func:`distillation_loss` is the loss of both paths.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ import copy
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import tensor_bytes
-from fglrepro.fl.losses import kl_divergence
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import WHOLE_GRAPH, GroupedRole, GroupedUpdates, PerClient, WholeGraph
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, Upload
 from fglrepro.methods import register
 
@@ -99,8 +103,22 @@ def decompress(full: dict[str, Tensor], factors: dict[str, Tensor]) -> dict[str,
     return out
 
 
+def distillation_loss(mentor: tuple[Tensor, Tensor], mentee: tuple[Tensor, Tensor], mapped: Tensor, labels: Tensor,
+                      terms: WholeGraph | PerClient = WHOLE_GRAPH) -> Tensor:
+    """``L_mentor + L_mentee`` from the mentor's and the mentee's ``(hidden, logits)`` on the
+    training nodes, the mentee's hidden mapped by ``W_h`` (``mapped``) and the labels; a
+    scalar, or per client ``[K]`` with ``terms`` :class:`~fglrepro.fl.grouped.PerClient`."""
+    (h_mentor, z_mentor), (_, z_mentee) = mentor, mentee
+    ce_mentor, ce_mentee = terms.cross_entropy(z_mentor, labels), terms.cross_entropy(z_mentee, labels)
+    scale = ce_mentor + ce_mentee
+    hidden = terms.mse(h_mentor, mapped) / scale
+    mentor_loss = ce_mentor + terms.kl(z_mentee.detach(), z_mentor) / scale + hidden
+    mentee_loss = ce_mentee + terms.kl(z_mentor.detach(), z_mentee) / scale + hidden
+    return mentor_loss + mentee_loss
+
+
 @register("fedkd")
-class FedKD(FederatedMethod):
+class FedKD(GroupedUpdates, FederatedMethod):
     """Mentor ``states[k].model`` (tested), mentee ``modules["mentee"]`` and hidden map
     ``modules["hidden_map"]`` trained on :meth:`local_objective`; the server averages the
     decompressed mentees with weights n_k and sends the average back compressed."""
@@ -140,16 +158,24 @@ class FedKD(FederatedMethod):
         mask, labels = client.train_mask, client.y[client.train_mask]
 
         def loss() -> Tensor:
-            h_mentor, z_mentor = (t[mask] for t in mentor(client.x, client.adj, return_hidden=True))
-            h_mentee, z_mentee = (t[mask] for t in mentee(client.x, client.adj, return_hidden=True))
-            ce_mentor, ce_mentee = F.cross_entropy(z_mentor, labels), F.cross_entropy(z_mentee, labels)
-            scale = ce_mentor + ce_mentee
-            hidden = F.mse_loss(h_mentor, hidden_map(h_mentee)) / scale
-            mentor_loss = ce_mentor + kl_divergence(z_mentee.detach(), z_mentor) / scale + hidden
-            mentee_loss = ce_mentee + kl_divergence(z_mentor.detach(), z_mentee) / scale + hidden
-            return mentor_loss + mentee_loss
+            outputs_mentor = tuple(t[mask] for t in mentor(client.x, client.adj, return_hidden=True))
+            outputs_mentee = tuple(t[mask] for t in mentee(client.x, client.adj, return_hidden=True))
+            return distillation_loss(outputs_mentor, outputs_mentee, hidden_map(outputs_mentee[0]), labels)
 
         return loss
+
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        return {"mentor": [s.model for s in self.states], "mentee": [s.modules["mentee"] for s in self.states],
+                "hidden_map": [s.modules["hidden_map"] for s in self.states]}
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """:meth:`local_objective` of every participant, ``[m]``."""
+        mask = union.train_mask
+        mentee = roles["mentee"].forward()
+        mapped = roles["hidden_map"].map(mentee[0])[mask]
+        outputs_mentor = tuple(t[mask] for t in roles["mentor"].forward())
+        return distillation_loss(outputs_mentor, tuple(t[mask] for t in mentee), mapped, union.y[mask],
+                                 PerClient(union.batch[mask], union.num_clients))
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The mentee: small tensors in ``params``, SVD factors of the matrices in ``extras``."""

@@ -11,6 +11,10 @@ it trains the global prototypes ``P = fc(ReLU(W e_c))`` of learnable class embed
 other by a margin (adaptive-margin contrastive loss, :func:`margin_contrastive_loss`). The
 margin is the largest class-wise minimum distance between the clients' averaged prototypes,
 capped by ``margin_threshold`` (HtFLlib ``servertgp``, the authors' code).
+
+With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
+the models of one architecture as one stacked model, one step for all), the alignment term
+per client (:func:`~fglrepro.fl.prototypes.prototype_alignment_loss` with ``clients``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.heterogeneous import require_common_head
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
 from fglrepro.fl.prototypes import (
@@ -31,6 +37,7 @@ from fglrepro.fl.prototypes import (
     plain_mean_parts,
     prototype_alignment_loss,
     prototype_upload,
+    union_prototypes,
 )
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
@@ -83,7 +90,7 @@ def adaptive_margin(prototypes: Tensor, present: Tensor, threshold: float) -> fl
 
 
 @register("fedtgp")
-class FedTGP(FederatedMethod):
+class FedTGP(GroupedUpdates, FederatedMethod):
     """Local prototypes up, trained global prototypes down; clients are tested on their own
     models."""
 
@@ -103,6 +110,8 @@ class FedTGP(FederatedMethod):
         #: ``[C, d]`` global prototypes clients align to (None before the first server step)
         self.global_prototypes: Tensor | None = None
         self.margin = hparams.margin_threshold
+        #: local prototypes computed on the grouped path for this round's uploads
+        self._prototypes: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
 
     @classmethod
     def check_protocol(cls, hparams, setup: RunSetup) -> None:
@@ -122,9 +131,28 @@ class FedTGP(FederatedMethod):
 
         return loss
 
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        return {"model": [s.model for s in self.states]}
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """:meth:`local_objective` of every participant, ``[m]``."""
+        mask = union.train_mask
+        hidden, logits = (t[mask] for t in roles["model"].forward())
+        labels, clients = union.y[mask], PerClient(union.batch[mask], union.num_clients)
+        loss = clients.cross_entropy(logits, labels)
+        if self.global_prototypes is None or self.hparams.lam == 0:
+            return loss
+        present = torch.ones(self.num_classes, dtype=torch.bool, device=hidden.device)
+        return loss + self.hparams.lam * prototype_alignment_loss(hidden, labels, self.global_prototypes, present,
+                                                                  clients)
+
+    def grouped_trained(self, ks: list[int], union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> None:
+        """Every participant's local prototypes from one forward pass per architecture."""
+        self._prototypes = union_prototypes(roles["model"].predict(ks)[0], union, self.num_classes)
+
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """Local prototypes of the classes with training nodes, no parameters."""
-        return prototype_upload(self.states[k].model, self.clients[k], loss)
+        return prototype_upload(self.states[k].model, self.clients[k], loss, self._prototypes.pop(k, None))
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         """Adaptive margin from the averaged prototypes, then ``server_epochs`` steps of the

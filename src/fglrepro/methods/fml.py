@@ -9,6 +9,11 @@ averaged (FedAvg, weights n_k / N). As in FedPPN's graph version (poipoipoi233/F
     L_meme    = beta  CE(y, p_meme)    + (1 - beta)  KL(p_private || p_meme),
 
 teachers detached, KL averaged over nodes; both models take one step on their own loss.
+
+With ``train.engine: auto`` the clients train on the grouped path
+(:mod:`fglrepro.fl.grouped`): the private models of one architecture as one stacked model,
+the meme models of all clients as another, one step for all; :func:`mutual_losses` is the
+loss of both paths (reduced per client there).
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.losses import kl_divergence
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import WHOLE_GRAPH, GroupedRole, GroupedUpdates, PerClient, WholeGraph
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, Upload
 from fglrepro.methods import register
 
@@ -48,16 +53,18 @@ class FMLHparams:
                 raise ConfigError(f"hparams.{key} must be in [0, 1], got {getattr(self, key)}")
 
 
-def mutual_losses(private: Tensor, meme: Tensor, labels: Tensor, alpha: float, beta: float) -> tuple[Tensor, Tensor]:
+def mutual_losses(private: Tensor, meme: Tensor, labels: Tensor, alpha: float, beta: float,
+                  terms: WholeGraph | PerClient = WHOLE_GRAPH) -> tuple[Tensor, Tensor]:
     """``(L_private, L_meme)`` of FML from the two models' logits ``[m, C]`` on the training
-    nodes and their labels ``[m]`` (each teacher detached in the other's loss)."""
-    loss_private = alpha * F.cross_entropy(private, labels) + (1 - alpha) * kl_divergence(meme.detach(), private)
-    loss_meme = beta * F.cross_entropy(meme, labels) + (1 - beta) * kl_divergence(private.detach(), meme)
+    nodes and their labels ``[m]`` (each teacher detached in the other's loss); scalars, or
+    per client ``[K]`` with ``terms`` :class:`~fglrepro.fl.grouped.PerClient`."""
+    loss_private = alpha * terms.cross_entropy(private, labels) + (1 - alpha) * terms.kl(meme.detach(), private)
+    loss_meme = beta * terms.cross_entropy(meme, labels) + (1 - beta) * terms.kl(private.detach(), meme)
     return loss_private, loss_meme
 
 
 @register("fml")
-class FML(FederatedMethod):
+class FML(GroupedUpdates, FederatedMethod):
     """Private model ``states[k].model`` (tested) and meme model ``states[k].modules["meme"]``
     trained by :func:`mutual_losses`; the server averages the meme models."""
 
@@ -86,6 +93,18 @@ class FML(FederatedMethod):
             return loss_private + loss_meme
 
         return loss
+
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        return {"private": [s.model for s in self.states], "meme": [s.modules["meme"] for s in self.states]}
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """:meth:`local_objective` of every participant, ``[m]``."""
+        mask = union.train_mask
+        z_private, z_meme = roles["private"].forward()[1][mask], roles["meme"].forward()[1][mask]
+        terms = PerClient(union.batch[mask], union.num_clients)
+        loss_private, loss_meme = mutual_losses(z_private, z_meme, union.y[mask], self.hparams.alpha,
+                                                self.hparams.beta, terms)
+        return loss_private + loss_meme
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The meme model's parameters (the same shapes on every client)."""
