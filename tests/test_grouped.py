@@ -137,9 +137,17 @@ def test_unsupported_architecture_keeps_the_per_client_path(cora):
     per-client path."""
     model = ModelConfig(hidden=16, readout=True, dropout=0.0, clients=[{"arch": "gcn"}, {"arch": "mlp"}])
     method, history = run(cora, "fml", None, "grouped", rounds=2, model=model)
-    assert method._grouped is None
+    assert method._grouped is None and not method.on_grouped_path
     assert all(s.optimizer is not None for s in method.states)
     assert len(history.rounds) == 2
+
+
+@pytest.mark.parametrize("path", ["grouped", "per-client"])
+def test_the_run_names_the_path_its_local_steps_took(cora, path):
+    """``on_grouped_path`` (the run JSON's ``engine: grouped``) is true exactly when the
+    steps ran grouped."""
+    method, _ = run(cora, "fml", None, path, rounds=1)
+    assert method.on_grouped_path == (path == "grouped")
 
 
 def test_per_client_terms_equal_each_clients_own_loss():

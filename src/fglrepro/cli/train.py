@@ -221,6 +221,8 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
     try:
         history = run_federation(method, train_cfg.rounds, eval_cfg, on_round=progress, evaluator=evaluator,
                                  checkpoint=checkpoint)
+        if getattr(method, "on_grouped_path", False):
+            record["engine"] = "grouped"
         record.update(status="ok", stopped_early=history.stopped_early,
                       metrics=summarize(history, eval_cfg), curves=curves(history),
                       communication=communication(history))

@@ -511,6 +511,11 @@ class GroupedUpdates:
 
     _grouped: GroupedTraining | None | bool = False  # False: not built yet
 
+    @property
+    def on_grouped_path(self) -> bool:
+        """Whether the local steps ran on the grouped path (recorded as the run's engine)."""
+        return isinstance(self._grouped, GroupedTraining)
+
     def grouped_roles(self) -> dict[str, list[nn.Module]]:
         """The per-client modules trained, by role (``{"model": [...], ...}``, K each)."""
         raise NotImplementedError
