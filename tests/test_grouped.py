@@ -174,3 +174,23 @@ def test_per_client_prototype_alignment_counts_classes_per_client():
         rows = client == i
         alone = prototype_alignment_loss(hidden[rows], labels[rows], prototypes, present)
         assert per_client[i] == pytest.approx(float(alone))
+
+
+def test_fedgkc_grouped_self_distillation_detaches_the_weak_view(cora, monkeypatch):
+    """SMKD's teacher on the grouped path: the weak view's outputs carry no graph (no gradient
+    reaches the model through them), the strong view's do."""
+    hp = {"weak_edge_drop": 0.3, "weak_feature_mask": 0.3, "strong_edge_drop": 0.8, "strong_feature_mask": 0.5}
+    seen = {}
+    forward = grouped.GroupedRole.forward
+
+    def recording(self, training=True, perturb=None):
+        out = forward(self, training, perturb)
+        if perturb is not None:
+            seen.setdefault(perturb, []).append(out[1].requires_grad)
+        return out
+
+    monkeypatch.setattr(grouped.GroupedRole, "forward", recording)
+    method, _ = run(cora, "fedgkc", hp, "grouped", rounds=1)
+    assert method.on_grouped_path
+    assert seen[(0.3, 0.3)] and not any(seen[(0.3, 0.3)])
+    assert seen[(0.8, 0.5)] and all(seen[(0.8, 0.5)])
