@@ -107,3 +107,19 @@ def test_a_server_step_on_the_fast_path_agrees_with_the_sequential_one(sbm, name
         for (name_a, p), (name_b, q) in zip(a.named_parameters(), b.named_parameters()):
             assert name_a == name_b
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_dense_pseudo_graph_has_the_values_of_the_sparse_one():
+    x = torch.randn(30, 6, generator=torch.Generator().manual_seed(5))
+    sparse, dense = knn_pseudo_graph(x, 4), knn_pseudo_graph(x, 4, dense=True)
+    assert dense.layout == torch.strided and sparse.layout == torch.sparse_csr
+    torch.testing.assert_close(dense, sparse.to_dense(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("readout", [False, True])
+def test_stacked_teachers_on_a_dense_graph_give_each_teachers_logits(readout):
+    models = gcns(3, 12, readout)
+    x = torch.randn(25, 12, generator=torch.Generator().manual_seed(2))
+    dense = knn_pseudo_graph(x, 3, dense=True)
+    logits = Teachers(models, batched=True)(x, dense)
+    torch.testing.assert_close(logits, torch.stack([m(x, knn_pseudo_graph(x, 3)) for m in models]), **TOLERANCE)

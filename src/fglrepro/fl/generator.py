@@ -3,11 +3,17 @@ Co-Boost): a class-conditional feature generator, balanced pseudo labels, the kN
 pseudo graph, diversity losses, the teachers as one function, and the distillation loop.
 
 Fast path (``train.engine`` not ``sequential``): :class:`Teachers` runs the K uploaded GCNs
-as one :class:`~fglrepro.fl.engine.StackedGCN` pass over K copies of the pseudo graph, and
+side by side on the one pseudo graph (:func:`side_by_side_logits`: the K first layers as one
+``[F, K*H]`` product, every propagation of the K hidden states as one ``[B, K*H]`` product),
+the pseudo graph is a dense ``[B, B]`` operator (``knn_pseudo_graph(..., dense=True)``: for a
+hundred nodes cheaper than building and multiplying a sparse one), and
 :func:`noise_diversity_loss` visits each pair of nodes once (``torch.pdist``, about 7x
-faster than ``torch.cdist`` with p = 1 on CPU, forward and backward). Both agree with the
+faster than ``torch.cdist`` with p = 1 on CPU, forward and backward). All agree with the
 sequential forms up to float rounding. The steps themselves stay sequential: each generator
-or student step starts from the parameters the previous one left.
+or student step starts from the parameters the previous one left, so the generator and
+student loops cannot be batched; what remains per step is dominated by the dense products
+with the ``F``-wide generated features (generator head, the teachers' and students' first
+layers), which no reordering removes.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.fl.clients import normalized_adjacency
-from fglrepro.fl.engine import ClientBatch, StackedGCN, block_diagonal
+from fglrepro.fl.engine import StackedGCN
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.method import FederatedMethod, Upload
-from fglrepro.models import GCN
+from fglrepro.models import GCN, bernoulli_dropout, propagate_once
 
 
 class ConditionalGenerator(nn.Module):
@@ -71,8 +78,9 @@ def balanced_labels(num_nodes: int, num_classes: int, device: torch.device | Non
 
 
 @torch.no_grad()
-def knn_pseudo_graph(x: Tensor, k: int) -> Tensor:
-    """GCN-normalised sparse adjacency ``[B, B]`` of the kNN graph on cosine similarity.
+def knn_pseudo_graph(x: Tensor, k: int, dense: bool = False) -> Tensor:
+    """GCN-normalised adjacency ``[B, B]`` of the kNN graph on cosine similarity, sparse CSR
+    or (``dense``) a dense tensor with the same values.
 
     Each node links to its ``k`` most similar nodes (itself included, as the similarity
     of a node with itself is maximal); the graph is symmetrised and self-loops added.
@@ -83,7 +91,11 @@ def knn_pseudo_graph(x: Tensor, k: int) -> Tensor:
     neighbours = (unit @ unit.t()).topk(min(k, n), dim=1).indices
     linked = torch.zeros(n, n, dtype=torch.bool, device=x.device).scatter_(1, neighbours, True)
     linked = (linked | linked.t()).fill_diagonal_(False)
-    return normalized_adjacency(linked.nonzero().t(), n)
+    if not dense:
+        return normalized_adjacency(linked.nonzero().t(), n)
+    with_loops = linked.fill_diagonal_(True).float()
+    inv_sqrt = with_loops.sum(dim=1).pow_(-0.5)
+    return inv_sqrt.view(-1, 1) * with_loops * inv_sqrt.view(1, -1)
 
 
 def noise_diversity_loss(z: Tensor, x: Tensor, fast: bool = False) -> Tensor:
@@ -129,30 +141,41 @@ def stackable(models: list[nn.Module]) -> bool:
     )
 
 
-def shared_graph_batch(x: Tensor, adj: Tensor, copies: int) -> ClientBatch:
-    """``copies`` copies of one graph (``x [B, F]``, sparse CSR ``adj [B, B]``) as a
-    :class:`~fglrepro.fl.engine.ClientBatch`, so that a StackedGCN pass runs ``copies``
-    models on it; ``x`` is read through a broadcast view (gradients reach it). The batch
-    has no labels (``y`` is -1) and every node is in ``train_mask``."""
-    n, device = x.size(0), x.device
-    every = torch.ones(copies * n, dtype=torch.bool, device=device)
-    return ClientBatch(
-        clients=list(range(copies)), sizes=torch.full((copies,), n, device=device),
-        batch=torch.arange(copies, device=device).repeat_interleave(n), adj=block_diagonal([adj] * copies),
-        y=torch.full((copies * n,), -1, device=device), train_mask=every, val_mask=~every, test_mask=~every,
-        flat=torch.arange(copies * n, device=device), n_max=n, x=x, stacked=None, shared=None,
-        x_pad=x.expand(copies, n, x.size(1)),
-    )
+def side_by_side_logits(model: StackedGCN, params: list[Tensor], first_weight: Tensor, x: Tensor, adj: Tensor,
+                        training: bool) -> Tensor:
+    r"""K GCNs of ``model``'s architecture (``params`` stacked ``[K, ...]``, engine layout) on
+    one graph ``(x [B, F], adj [B, B])`` -> logits ``[K, B, C]``.
+
+    The K hidden states lie side by side, ``H_l = [H_l^1 \| .. \| H_l^K]`` ``[B, K*D]``, so
+    that each propagation :math:`\hat{A} H_l` is one product for all K, and the first layer is
+    one product :math:`X [W_1^1 \| .. \| W_1^K]` with ``first_weight`` ``[F, K*H]`` (the first
+    weights side by side); later layers multiply each teacher's block by its own weight (``bmm``).
+    Dropout (``training``) draws one mask for all.
+    """
+    count, nodes = params[0].size(0), x.size(0)
+    h = x @ first_weight
+    for i in range(model.num_convs):
+        weight, bias = (params[j] for j in model.layers[i])
+        if i > 0:
+            h = torch.bmm(h.view(nodes, count, -1).transpose(0, 1), weight).transpose(0, 1).reshape(nodes, -1)
+        h = propagate_once(adj, h) + bias.reshape(-1)
+        if i < model.num_convs - 1 or model.readout:
+            h = F.relu(h)
+            if training and model.dropout > 0:
+                h = bernoulli_dropout(h, model.dropout)
+    if model.readout:
+        weight, bias = (params[j] for j in model.layers[-1])
+        return torch.baddbmm(bias.unsqueeze(1), h.view(nodes, count, -1).transpose(0, 1), weight)
+    return h.view(nodes, count, -1).transpose(0, 1)
 
 
 class Teachers:
     """Frozen models as one function ``(x [B, F], adj [B, B]) -> logits [K, B, C]``.
 
     With ``batched`` and :func:`stackable` models, their parameters are stacked once and each
-    call is one :class:`~fglrepro.fl.engine.StackedGCN` pass over K copies of the graph
-    (:func:`shared_graph_batch`); otherwise each model runs in turn (the sequential path,
-    and models of any other kind). Dropout is on when the (first) model is in training mode
-    (the authors' FedTAD code).
+    call runs them side by side (:func:`side_by_side_logits`); otherwise each model runs in
+    turn (the sequential path, and models of any other kind). Dropout is on when the (first)
+    model is in training mode (the authors' FedTAD code).
 
     Args:
         models: the K teachers; their parameters must not change while this is used.
@@ -163,7 +186,7 @@ class Teachers:
         self.models = models
         self.count, self.training = len(models), models[0].training
         self.stacked = StackedGCN(models[0]) if batched and stackable(models) else None
-        self.params = self.stacked.gather(models) if self.stacked is not None else []
+        self._stack(self.stacked.gather(models) if self.stacked is not None else [])
 
     @classmethod
     def stacked_from(cls, template: nn.Module, params: list[dict[str, Tensor]], training: bool) -> "Teachers":
@@ -172,8 +195,15 @@ class Teachers:
         teachers = cls.__new__(cls)
         teachers.models, teachers.count, teachers.training = [], len(params), training
         teachers.stacked = StackedGCN(template)
-        teachers.params = teachers.stacked.gather(params)
+        teachers._stack(teachers.stacked.gather(params))
         return teachers
+
+    def _stack(self, params: list[Tensor]) -> None:
+        """Keep the stacked ``params`` and the first-layer weights side by side ``[F, K*H]``."""
+        self.params = params
+        if params:
+            first = params[self.stacked.layers[0][0]]
+            self.first_weight = first.permute(1, 0, 2).reshape(first.size(1), -1).contiguous()
 
     def __len__(self) -> int:
         return self.count
@@ -181,9 +211,14 @@ class Teachers:
     def __call__(self, x: Tensor, adj: Tensor) -> Tensor:
         if self.stacked is None:
             return torch.stack([m(x, adj) for m in self.models])
-        batch = shared_graph_batch(x, adj, self.count)
-        logits = self.stacked.forward(self.params, batch, self.training).logits
-        return logits.view(self.count, x.size(0), -1)
+        return side_by_side_logits(self.stacked, self.params, self.first_weight, x, adj, self.training)
+
+
+def dense_graph_fits(teachers: Teachers, students: list[nn.Module]) -> bool:
+    """Whether the teachers and ``students`` all take a dense pseudo graph: stacked teachers
+    (:func:`side_by_side_logits`) or GCNs, whose layers multiply a dense operator as well as a
+    sparse one (other architectures read edges from a sparse one)."""
+    return all(isinstance(m, GCN) for m in [*teachers.models, *students])
 
 
 def uploaded_teachers(method: FederatedMethod, uploads: dict[int, Upload], training: bool, batched: bool
@@ -203,7 +238,7 @@ def uploaded_teachers(method: FederatedMethod, uploads: dict[int, Upload], train
 
 
 def distill_students(
-    students: list[nn.Module], optimizers: list[torch.optim.Optimizer], epochs: int, steps: int,
+    students: list[nn.Module], optimizers: list[KernelOptimizer], epochs: int, steps: int,
     draw_batch: Callable[[], tuple[Tensor, Tensor]], targets: Callable[[Tensor, Tensor], Tensor],
     student_loss: Callable[[Tensor, Tensor], Tensor],
 ) -> None:

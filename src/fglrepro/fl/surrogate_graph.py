@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from fglrepro.config import choice
 from fglrepro.fl.class_statistics import ClassStatistics, propagate_features
 from fglrepro.fl.communication import tensor_bytes
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 
 #: The link-predictor designs of the paper's Table 10.
 LINK_PREDICTORS = ("mlp", "direct", "inner_product")
@@ -276,9 +277,9 @@ def generate_surrogate_graph(
         f.name: getattr(target, f.name).to(device, torch.float32) for f in fields(target)
     })
     fused = True if fast else None
-    feature_opt = torch.optim.Adam([x], lr=settings.feature_lr, fused=fused)
+    feature_opt = KernelOptimizer([x], lr=settings.feature_lr, fused=fused)
     predictor_params = list(predictor.parameters())
-    predictor_opt = (torch.optim.Adam(predictor_params, lr=settings.predictor_lr, fused=fused)
+    predictor_opt = (KernelOptimizer(predictor_params, lr=settings.predictor_lr, fused=fused)
                      if predictor_params else None)
     if fast:
         align, smoothness = BatchedAlignment(labels, target), UpperSmoothness(labels.numel(), device)

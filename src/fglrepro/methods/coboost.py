@@ -11,7 +11,7 @@ Each epoch, after DENSE's generator steps:
   (non-negative, summing to 1);
 - the students are distilled on the generated and the hard nodes together.
 
-The fast path is DENSE's (stacked teachers, fused optimisers).
+The fast path is DENSE's (stacked teachers, dense pseudo graphs, fused optimisers).
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ class CoBoost(DENSE):
     def distillation_batch(self, students: list[nn.Module], teachers: Teachers, x: Tensor, adj: Tensor
                            ) -> tuple[Tensor, Tensor]:
         hard = self.hard_samples(students, teachers, x, adj)
-        self.update_weights(teachers, hard, knn_pseudo_graph(hard, self.hparams.knn))
+        self.update_weights(teachers, hard, knn_pseudo_graph(hard, self.hparams.knn, self.dense_graph))
         both = torch.cat([x, hard])
-        return both, knn_pseudo_graph(both, self.hparams.knn)
+        return both, knn_pseudo_graph(both, self.hparams.knn, self.dense_graph)
 
     def hard_samples(self, students: list[nn.Module], teachers: Teachers, x: Tensor, adj: Tensor) -> Tensor:
         """``[B, F]``: ``x + eps·std(x)·sign(∇_x KL(ensemble ‖ mean student))`` on the fixed graph ``adj``."""

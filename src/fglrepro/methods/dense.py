@@ -12,9 +12,11 @@ Departures from the image-classification original, forced by graphs or chosen fo
 cost, are named in :class:`DENSEHparams`.
 
 Fast path (``train.engine`` not ``sequential``): the teachers run as one stacked pass
-(:class:`~fglrepro.fl.generator.Teachers`) and the generator's and students' optimisers are
-torch's fused ones. The epochs, and the generator and student steps inside them, stay a
-sequence: each step starts from the generator and students the previous one left.
+(:class:`~fglrepro.fl.generator.Teachers`), the pseudo graphs are dense operators when every
+model is a GCN, and the generator's and students' optimisers are torch's fused kernels
+(:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer`). The epochs, and the generator and
+student steps inside them, stay a sequence: each step starts from the generator and students
+the previous one left, so they cannot be batched.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from fglrepro.config import ConfigError, choice
 from fglrepro.fl.generator import (
     Teachers,
     balanced_labels,
+    dense_graph_fits,
     distill_students,
     diversity_loss,
     knn_pseudo_graph,
     seeded_generator,
     uploaded_teachers,
 )
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.methods import register
@@ -120,6 +124,8 @@ class DENSE(FederatedMethod):
         self.pseudo_labels = balanced_labels(hparams.num_pseudo_nodes, self.num_classes, self.device)
         #: the models distilled in the last server step (what clients receive)
         self.students: list[nn.Module] = []
+        #: whether this server step's pseudo graphs are dense operators (fast path, GCNs only)
+        self.dense_graph = False
 
     @property
     def fast(self) -> bool:
@@ -164,10 +170,11 @@ class DENSE(FederatedMethod):
             self.num_classes, self.clients[0].x.size(1), hp.noise_dim, self.rng, self.device
         )
         fused = self.fast or None
-        gen_opt = torch.optim.Adam(generator.parameters(), lr=hp.lr_generator, fused=fused)
-        student_opts = [torch.optim.SGD(s.parameters(), lr=hp.lr_student, momentum=hp.momentum, fused=fused)
+        gen_opt = KernelOptimizer(generator.parameters(), lr=hp.lr_generator, fused=fused)
+        student_opts = [KernelOptimizer(s.parameters(), lr=hp.lr_student, momentum=hp.momentum, fused=fused)
                         for s in students]
         labels = self.pseudo_labels
+        self.dense_graph = self.fast and dense_graph_fits(teachers, students)
 
         def draw_batch() -> tuple[Tensor, Tensor]:
             z = torch.randn(labels.numel(), hp.noise_dim, generator=self.rng).to(self.device)
@@ -177,7 +184,7 @@ class DENSE(FederatedMethod):
             for _ in range(hp.generator_steps):
                 gen_opt.zero_grad(set_to_none=True)
                 x = generator(z, labels)
-                adj = knn_pseudo_graph(x.detach(), hp.knn)
+                adj = knn_pseudo_graph(x.detach(), hp.knn, self.dense_graph)
                 ens = self.ensemble(teachers, x, adj)
                 adversarial = torch.stack([boundary_adversarial_loss(s(x, adj), ens) for s in students]).mean()
                 loss = hp.lambda_ce * F.cross_entropy(ens, labels) + hp.lambda_adv * adversarial
@@ -187,7 +194,7 @@ class DENSE(FederatedMethod):
                 gen_opt.step()
             with torch.no_grad():
                 x = generator(z, labels)
-                adj = knn_pseudo_graph(x, hp.knn)
+                adj = knn_pseudo_graph(x, hp.knn, self.dense_graph)
             return self.distillation_batch(students, teachers, x, adj)
 
         distill_students(

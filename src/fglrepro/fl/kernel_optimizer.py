@@ -1,0 +1,78 @@
+"""A torch optimiser without ``torch.optim.Optimizer``: Adam and SGD through torch's
+functional kernels."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import Tensor
+from torch.optim.adam import adam
+from torch.optim.sgd import sgd
+
+from fglrepro.config import TrainConfig
+
+
+class KernelOptimizer:
+    """``torch.optim.Adam`` (``momentum`` None) or ``torch.optim.SGD`` with ``momentum`` on
+    ``params``, stepping through torch's functional kernels (``torch.optim.adam.adam``,
+    ``torch.optim.sgd.sgd``) with the state those classes keep, created at a parameter's first
+    gradient as they create it: the same updates bit for bit (``tests/test_kernel_optimizer.py``).
+    It exists because constructing a ``torch.optim.Optimizer`` imports ``torch._dynamo``, about
+    1 s of CPU in every training process that builds one, as long as FedAvg's whole round loop.
+
+    Args:
+        params: the parameters, updated in place by :meth:`step`.
+        lr, weight_decay: as in torch (L2 decay added to the gradient).
+        momentum: SGD's momentum; ``None`` for Adam (betas 0.9, 0.999, eps 1e-8).
+        fused: torch's fused kernel (``None``: its default single-tensor one).
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float, weight_decay: float = 0.0,
+                 momentum: float | None = None, fused: bool | None = None) -> None:
+        self.params = list(params)
+        self.lr, self.weight_decay, self.momentum, self.fused = lr, weight_decay, momentum, fused
+        #: per parameter (by position) its Adam step, first and second moments, or its SGD momentum buffer
+        self.state: dict[int, list[Tensor | None]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients (the only mode this optimiser's callers use)."""
+        for p in self.params:
+            p.grad = None
+
+    @classmethod
+    def of(cls, params: Iterable[Tensor], config: TrainConfig, fused: bool | None = None) -> "KernelOptimizer":
+        """The study's optimiser (``config.optimizer``: Adam, or SGD without momentum) with its
+        learning rate and weight decay: :func:`~fglrepro.fl.training.make_optimizer`'s."""
+        momentum = 0.0 if config.optimizer == "sgd" else None
+        return cls(params, config.lr, config.weight_decay, momentum, fused)
+
+    def select_rows(self, rows: Tensor) -> list[Tensor]:
+        """For parameters stacked over clients (``[m, ...]``, every row stepped together, so
+        one step count serves all): keep only the rows ``rows`` of each parameter and of its
+        state. Returns the new parameters (leaves requiring gradient), which replace the old."""
+        self.params = [p.detach()[rows].requires_grad_(True) for p in self.params]
+        for state in self.state.values():
+            state[:] = [t if t is None or t.dim() == 0 else t[rows] for t in state]
+        return self.params
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update of every parameter that has a gradient."""
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        params, grads = [self.params[i] for i in live], [self.params[i].grad for i in live]
+        if self.momentum is not None:
+            buffers = [self.state.get(i, [None])[0] for i in live]
+            sgd(params, grads, buffers, weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr,
+                dampening=0.0, nesterov=False, maximize=False, fused=self.fused)
+            self.state.update((i, [b]) for i, b in zip(live, buffers))
+            return
+        for i in live:
+            if i not in self.state:
+                p = self.params[i]
+                step = (torch.zeros((), dtype=torch.float32, device=p.device) if self.fused
+                        else torch.tensor(0.0, dtype=torch.float32))
+                self.state[i] = [step, torch.zeros_like(p), torch.zeros_like(p)]
+        steps, exp_avgs, exp_avg_sqs = zip(*(self.state[i] for i in live)) if live else ((), (), ())
+        adam(params, grads, list(exp_avgs), list(exp_avg_sqs), [], list(steps), fused=self.fused, amsgrad=False,
+             beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=self.weight_decay, eps=1e-8, maximize=False)
