@@ -30,7 +30,7 @@ from fglrepro.fl.method import Federation, RunSetup
 from fglrepro.fl.partial import PartialAveraging
 from fglrepro.fl.topology import structure_encoding
 from fglrepro.methods import register
-from fglrepro.models import GCN, GCNLayer, dropout
+from fglrepro.models import GCN, GCNLayer, dropout, fast_kernels_enabled, feature_linear, propagate_once
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,34 @@ class DecoupledGCN(nn.Module):
         self.readout = nn.Linear(2 * hidden, out_channels)
 
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``x [n, F + S]``, ``adj [n, n]`` -> logits ``[n, C]`` (and ``[h_L || s_L]``, ``[n, 2 hidden]``)."""
+        """``x [n, F + S]``, ``adj [n, n]`` -> logits ``[n, C]`` (and ``[h_L || s_L]``, ``[n, 2 hidden]``).
+
+        With the fast kernels on (:func:`~fglrepro.models.set_fast_kernels`) the first feature
+        convolution splits its weight ``W = [W_x \| W_s]`` by input columns:
+        ``[x \| s_0] W^T = x W_x^T + s_0 W_s^T``, the first product sparse on bag-of-words
+        features (read from the whole input ``[x \| e]`` with zero weights on ``e``, so that
+        the input's sparse form is built once per client); equal up to float rounding."""
         h, s = x[:, :-self.structure_dim], self.embedding_s(x[:, -self.structure_dim:])
-        for conv, conv_s in zip(self.convs, self.convs_s):
-            h, s = conv(torch.cat([h, s], dim=1), adj), torch.tanh(conv_s(s, adj))
+        for i, (conv, conv_s) in enumerate(zip(self.convs, self.convs_s)):
+            if i == 0 and fast_kernels_enabled():
+                h = first_convolution(conv, x, s, adj)
+            else:
+                h = conv(torch.cat([h, s], dim=1), adj)
+            s = torch.tanh(conv_s(s, adj))
             h = dropout(F.relu(h), self.dropout, self.training)
         hidden = torch.cat([h, s], dim=1)
         logits = self.readout(hidden)
         return (hidden, logits) if return_hidden else logits
+
+
+def first_convolution(conv: GCNLayer, x: Tensor, s: Tensor, adj: Tensor) -> Tensor:
+    """``conv([x[:, :F] \| s], adj)`` for ``x [n, F + S]`` (features, then the structure
+    encoding) and ``s [n, H]``: ``Â (x [W_x \| 0]^T + s W_s^T) + b``, the first product a
+    :func:`~fglrepro.models.feature_linear` of the whole ``x`` (sparse where it is)."""
+    num_features, weight = conv.in_channels - s.size(1), conv.lin.weight
+    padded = torch.cat([weight[:, :num_features], weight.new_zeros(weight.size(0), x.size(1) - num_features)], dim=1)
+    h = feature_linear(x, padded) + s @ weight[:, num_features:].t()
+    return propagate_once(adj, h) + conv.bias
 
 
 def decoupled_like(gcn: GCN, structure_dim: int) -> DecoupledGCN:

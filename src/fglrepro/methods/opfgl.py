@@ -33,10 +33,10 @@ from fglrepro.fl.engine import (
     ClientBatch,
     StackedForward,
     StackedGCN,
-    StackedOptimizer,
     is_symmetric,
     validation_accuracy,
 )
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.secure_aggregation import mask_vector, unmask_sum
@@ -251,6 +251,9 @@ class OPFGL(FederatedMethod):
     its fast path (see :func:`~fglrepro.fl.surrogate_graph.generate_surrogate_graph`) and,
     when :func:`batched_training_possible`, the participants' two stages run batched
     (:meth:`train_batched`); both agree with the sequential reference up to float rounding.
+    The steps of each stage stay a sequence (each starts from the parameters the last left);
+    what is batched is the clients. The server's surrogate-graph generation (3000 steps on one
+    small graph, :mod:`fglrepro.fl.surrogate_graph`) is one problem and stays a sequence too.
     """
 
     label = "O-pFGL"
@@ -396,8 +399,10 @@ class OPFGL(FederatedMethod):
 
         Stage 2: every client fine-tunes from its stage-1 state on its own graph, all at
         once on the disjoint union of their graphs (:class:`~fglrepro.fl.engine.StackedGCN`,
-        one stacked Adam state per client, each client's loss its own); clients that stop
-        leave the union at that check.
+        each client's loss its own); every client still in the union steps at every step, so
+        one fused Adam over the stacked parameters, with one step count, is each client's
+        own Adam; clients that stop leave the union, and their rows the optimiser state, at
+        that check. The steps of one client stay a sequence (each starts from the last).
         """
         hp = self.hparams
         batch = ClientBatch.of([self.clients[k] for k in ks], ks)
@@ -413,7 +418,7 @@ class OPFGL(FederatedMethod):
         hp, graph, m = self.hparams, self.surrogate, batch.num_clients
         model = copy.deepcopy(model)
         adj = dense_normalized_adjacency(graph.weights)
-        optimizer = make_optimizer(model, replace(self.federation.train, lr=hp.stage1_lr), fused=True)
+        optimizer = KernelOptimizer.of(model.parameters(), replace(self.federation.train, lr=hp.stage1_lr), fused=True)
         tracker = BestValidation(m, hp.patience, graph.x.device)
         everyone = torch.arange(m, device=graph.x.device)
 
@@ -439,12 +444,14 @@ class OPFGL(FederatedMethod):
         gammas = [self.node_gamma(k) for k in batch.clients]
         gamma = None if gammas[0] is None else torch.cat(gammas)
         params = [p.detach().clone().requires_grad_(True) for p in start]
-        optimizer = StackedOptimizer(params, batch.num_clients, replace(self.federation.train, lr=hp.finetune_lr))
+        optimizer = KernelOptimizer.of(params, replace(self.federation.train, lr=hp.finetune_lr), fused=True)
         tracker = BestValidation(batch.num_clients, hp.patience, teacher.device)
         rows = torch.arange(batch.num_clients, device=teacher.device)
         for step in range(1, hp.finetune_steps + 1):
             total = self.finetune_losses(self.stacked.forward(params, batch, training=True), teacher, gamma).sum()
-            optimizer.step(rows.tolist(), params, torch.autograd.grad(total, params))
+            for param, grad in zip(params, torch.autograd.grad(total, params)):
+                param.grad = grad
+            optimizer.step()
             check_finite(total.item())
             if step % hp.eval_every:
                 continue
@@ -454,7 +461,7 @@ class OPFGL(FederatedMethod):
             if not going.all():
                 nodes = going[batch.batch]
                 teacher, gamma = teacher[nodes], None if gamma is None else gamma[nodes]
-                rows, params = rows[going], [p.detach()[going].requires_grad_(True) for p in params]
+                rows, params = rows[going], optimizer.select_rows(going)
                 positions = [batch.clients[i] for i in going.nonzero().flatten().tolist()]
                 batch = ClientBatch.of([self.clients[k] for k in positions], positions)
         return tracker.result(params)
