@@ -99,16 +99,19 @@ def test_teacher_is_the_received_proxy_classifier(cora):
 
 
 def test_batched_shared_step_equals_one_client_at_a_time(cora):
-    """Step 4 for all participants at once gives each client what it gets alone."""
-    together = make_method(cora, "fedspray", rounds=1, model=NO_DROPOUT)
-    alone = make_method(cora, "fedspray", rounds=1, model=NO_DROPOUT)
+    """Step 4 for all participants at once gives each client what it gets alone. With SGD:
+    Adam's first steps divide by the square root of tiny second moments, so a last-bit
+    difference of the batched gradient moves a weight by up to 1e-5 (seen 8e-6 to over 1e-5,
+    depending on which kernels earlier tests left on), while SGD keeps it at 1e-8."""
+    together = make_method(cora, "fedspray", rounds=1, model=NO_DROPOUT, optimizer="sgd")
+    alone = make_method(cora, "fedspray", rounds=1, model=NO_DROPOUT, optimizer="sgd")
     up_together = together.client_updates([0, 1, 2], 1)
     up_alone = {k: alone.client_updates([k], 1)[k] for k in range(3)}
     for k in range(3):
         for name, value in up_together[k].params.items():
-            assert torch.allclose(value, up_alone[k].params[name], atol=1e-5), name
-        assert torch.allclose(together.proxies(k), alone.proxies(k), atol=1e-5)
-        assert torch.allclose(up_together[k].extras["proxies"], up_alone[k].extras["proxies"], atol=1e-5)
+            assert torch.allclose(value, up_alone[k].params[name], atol=1e-6), name
+        assert torch.allclose(together.proxies(k), alone.proxies(k), atol=1e-6)
+        assert torch.allclose(up_together[k].extras["proxies"], up_alone[k].extras["proxies"], atol=1e-6)
 
 
 def test_heterogeneous_clients(cora):
