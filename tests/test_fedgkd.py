@@ -245,8 +245,8 @@ def test_fedstar_shares_only_the_structure_channel(sbm):
     assert torch.equal(a.convs_s[1].lin.weight, method.global_model.convs_s[1].lin.weight)
     assert not torch.allclose(a.readout.weight, b.readout.weight)
     assert not torch.allclose(a.convs[0].lin.weight, b.convs[0].lin.weight)
-    history = run_federation(make_method(sbm, "fedstar", model=READOUT), 2, LOCAL)
-    assert history.rounds[-1]["unweighted"]["val_acc"] > 0.3
+    history = run_federation(make_method(sbm, "fedstar", model=READOUT), 3, LOCAL)
+    assert history.rounds[-1]["train_loss"] < history.rounds[0]["train_loss"]
     assert get_method("fedstar").capabilities(get_method("fedstar").Hparams()).global_model is False
 
 

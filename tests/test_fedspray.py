@@ -117,9 +117,10 @@ def test_batched_shared_step_equals_one_client_at_a_time(cora):
 def test_heterogeneous_clients(cora):
     zoo = ModelConfig(hidden=16, dropout=0.0, clients=({"arch": "gcn", "hidden": 32}, {"arch": "sgc", "hops": 2},
                                                        {"arch": "gcn", "layers": 3}))
-    method = make_method(cora, "fedspray", rounds=1, model=zoo)
-    history = run_federation(method, 1, EvalConfig(model="local"))
-    assert history.final["weighted"]["test_acc"] > 0.3
+    method = make_method(cora, "fedspray", rounds=3, model=zoo)
+    history = run_federation(method, 3, EvalConfig(model="local"))
+    assert history.rounds[-1]["train_loss"] < history.rounds[0]["train_loss"]
+    assert len({sum(p.numel() for p in s.model.parameters()) for s in method.states[:3]}) == 3  # three zoo entries
 
 
 def test_engine_reproduces_the_sequential_path(cora):
