@@ -31,6 +31,7 @@ from fglrepro.fl.training import cross_entropy_loss, make_optimizer, train_steps
 
 if TYPE_CHECKING:
     from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
+    from fglrepro.fl.kernel_optimizer import KernelOptimizer
 
 #: A local objective: the loss of one step, computed from the current client state.
 Objective = Callable[[], Tensor]
@@ -85,7 +86,7 @@ class ClientState:
     """
 
     model: nn.Module
-    optimizer: torch.optim.Optimizer | None = None
+    optimizer: KernelOptimizer | None = None
     received: nn.Module | None = None
     modules: dict[str, nn.Module] = field(default_factory=dict)
 

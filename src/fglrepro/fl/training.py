@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from fglrepro.config import TrainConfig
 from fglrepro.fl.clients import ClientData
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.metrics import accuracy, macro_f1
 from fglrepro.models import fast_kernels_enabled
 
@@ -21,15 +22,15 @@ class Diverged(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig, fused: bool | None = None) -> torch.optim.Optimizer:
-    """The local optimiser named by ``config.optimizer``. ``fused`` selects torch's
+def make_optimizer(model: nn.Module, config: TrainConfig, fused: bool | None = None) -> KernelOptimizer:
+    """The local optimiser named by ``config.optimizer``: torch's Adam or SGD update, bit for
+    bit, without constructing a ``torch.optim.Optimizer`` (:class:`KernelOptimizer`: that
+    construction imports ``torch._dynamo``, ~1 s CPU per process). ``fused`` selects torch's
     single-pass kernel (same update up to float rounding; ~3x faster per step on CPU for a
     2-layer GCN's six tensors, ~6x for tens of millions of entries such as FedSage+'s fGen);
     by default it is on with the fast kernels (:func:`fglrepro.models.set_fast_kernels`)."""
-    optimizer = torch.optim.Adam if config.optimizer == "adam" else torch.optim.SGD
     fused = fast_kernels_enabled() if fused is None else fused
-    return optimizer(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                     fused=True if fused else None)
+    return KernelOptimizer.of(model.parameters(), config, fused=True if fused else None)
 
 
 def cross_entropy_loss(model: nn.Module, client: ClientData) -> Tensor:
@@ -46,7 +47,7 @@ def check_finite(value: float) -> float:
 
 
 def train_steps(
-    optimizer: torch.optim.Optimizer, modules: Iterable[nn.Module], steps: int, objective: Callable[[], Tensor],
+    optimizer: KernelOptimizer, modules: Iterable[nn.Module], steps: int, objective: Callable[[], Tensor],
 ) -> float:
     """``steps`` full-batch steps of ``optimizer`` on ``objective()`` with ``modules`` in
     training mode.
@@ -66,7 +67,7 @@ def train_steps(
 
 
 def train_best_validation(
-    model: nn.Module, optimizer: torch.optim.Optimizer, client: ClientData, steps: int, patience: int,
+    model: nn.Module, optimizer: KernelOptimizer, client: ClientData, steps: int, patience: int,
     objective: Callable[[], Tensor] | None = None, eval_every: int = 1, start_is_candidate: bool = False,
 ) -> float:
     """Up to ``steps`` steps of ``objective`` (cross-entropy of ``model`` on the client's
