@@ -83,7 +83,7 @@ def test_a_zoo_model_in_train_mode_uses_the_fast_masks_only_when_switched_on():
 def test_local_optimisers_are_fused_with_the_fast_kernels_only(optimizer):
     config = TrainConfig(optimizer=optimizer)
     model = torch.nn.Linear(4, 2)
-    assert not make_optimizer(model, config).defaults["fused"]
+    assert not make_optimizer(model, config).fused
     with fast_kernels():
-        assert make_optimizer(model, config).defaults["fused"]
-        assert not make_optimizer(model, config, fused=False).defaults["fused"]
+        assert make_optimizer(model, config).fused
+        assert not make_optimizer(model, config, fused=False).fused
