@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from fglrepro.cli.common import run_cli
+from fglrepro.cli.common import run_cli, subcommand_parser
 
 log = logging.getLogger("fgl-data")
 
@@ -19,16 +19,7 @@ log = logging.getLogger("fgl-data")
 def parse_args(argv=None) -> argparse.Namespace:
     from fglrepro.data.registry import DATASETS
 
-    examples = ["  " + " ".join(line.split()) for line in __doc__.replace("\\\n", " ").splitlines()
-                if line.strip().startswith("fgl-data ")]
-    parser = argparse.ArgumentParser(prog="fgl-data", description=__doc__.splitlines()[0],
-                                     epilog="examples (fgl-data COMMAND --help for its keys):\n" + "\n".join(examples),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def example(name: str) -> dict:
-        return {"epilog": "example:\n" + "\n".join(e for e in examples if e.startswith(f"  fgl-data {name} ")),
-                "formatter_class": argparse.RawDescriptionHelpFormatter}
+    parser, sub, example = subcommand_parser("fgl-data", __doc__)
 
     datasets = f"one of {', '.join(sorted(DATASETS))}"
     download = sub.add_parser("download", help="place verified raw files in the loader's layout", **example("download"))

@@ -11,23 +11,13 @@ import argparse
 import json
 import logging
 
-from fglrepro.cli.common import run_cli
+from fglrepro.cli.common import run_cli, subcommand_parser
 
 log = logging.getLogger("fgl-partition")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    examples = ["  " + " ".join(line.split()) for line in __doc__.splitlines()
-                if line.strip().startswith("fgl-partition ")]
-    parser = argparse.ArgumentParser(prog="fgl-partition", description=__doc__.splitlines()[0],
-                                     epilog="examples (fgl-partition COMMAND --help for its keys):\n"
-                                            + "\n".join(examples),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def example(name: str) -> dict:
-        return {"epilog": "example:\n" + "\n".join(e for e in examples if e.startswith(f"  fgl-partition {name} ")),
-                "formatter_class": argparse.RawDescriptionHelpFormatter}
+    parser, sub, example = subcommand_parser("fgl-partition", __doc__)
 
     build = sub.add_parser("build", help="partition a prepared graph and split every client", **example("build"))
     build.add_argument("--data", required=True, help="prepared graph (.pt)")

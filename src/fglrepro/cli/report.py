@@ -24,7 +24,7 @@ import argparse
 import json
 import logging
 
-from fglrepro.cli.common import run_cli
+from fglrepro.cli.common import run_cli, subcommand_parser
 
 log = logging.getLogger("fgl-report")
 
@@ -32,18 +32,7 @@ log = logging.getLogger("fgl-report")
 def parse_args(argv=None) -> argparse.Namespace:
     from fglrepro.report.figure_kinds import FIGURE_INPUTS
 
-    examples = ["  " + " ".join(line.split()) for line in __doc__.splitlines()
-                if line.strip().startswith("fgl-report ")]
-    parser = argparse.ArgumentParser(prog="fgl-report", description=__doc__.splitlines()[0],
-                                     epilog="examples (fgl-report COMMAND --help for its keys):\n"
-                                            + "\n".join(examples),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def example(name: str) -> dict:
-        """The docstring's example lines of subcommand ``name``, as a subparser's epilog."""
-        picked = [line for line in examples if line.startswith(f"  fgl-report {name} ")]
-        return {"epilog": "example:\n" + "\n".join(picked), "formatter_class": argparse.RawDescriptionHelpFormatter}
+    parser, sub, example = subcommand_parser("fgl-report", __doc__)
 
     summaries = {"tables": "the study's table in the paper's layout (<prefix>.md, .tex, .csv)",
                  "comparison": "reproduced next to the paper's reported values (<prefix>.csv, .md)",
