@@ -49,13 +49,14 @@ def test_one_job_at_a_time_when_fewer_runs_are_left_than_workers(tmp_path):
     assert progress.line().endswith("about 5 min left at 1 at a time")
 
 
-def test_start_prints_from_a_background_thread(tmp_path):
+def test_start_prints_first_line_early_then_every_interval(tmp_path):
     stream = io.StringIO()
-    start([(tmp_path / "run.json", "fedavg")], workers=1, every_s=0.01, stream=stream)
+    start([(tmp_path / "run.json", "fedavg")], workers=1, every_s=3600.0, first_after_s=0.01, stream=stream)
     deadline = time.monotonic() + 5
     while "progress: 0 of 1" not in stream.getvalue() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert "progress: 0 of 1 training runs done" in stream.getvalue()
+    time.sleep(0.2)
+    assert stream.getvalue().count("progress: 0 of 1 training runs done") == 1
 
 
 def logged_rounds(caplog, every_s):

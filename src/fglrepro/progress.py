@@ -78,14 +78,17 @@ class Progress:
 
 
 def start(planned: Iterable[tuple[str | Path, str]], workers: int, every_s: float = 60.0,
-          stream: TextIO = sys.stderr) -> threading.Thread:
-    """Print :meth:`Progress.line` every ``every_s`` seconds from a daemon thread (it ends with
-    the process); returns the thread."""
+          first_after_s: float = 30.0, stream: TextIO = sys.stderr) -> threading.Thread:
+    """Print :meth:`Progress.line` ``first_after_s`` seconds after the start (so that the first
+    line comes within a run's first minute, DAG building included) and then every ``every_s``
+    seconds, from a daemon thread (it ends with the process); returns the thread."""
     progress = Progress(planned, workers)
 
     def report() -> None:
+        wait = first_after_s
         while True:
-            time.sleep(every_s)
+            time.sleep(wait)
+            wait = every_s
             progress.update()
             print(progress.line(), file=stream, flush=True)
 
