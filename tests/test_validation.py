@@ -80,6 +80,16 @@ def test_unknown_dataset_names_key_value_and_choices():
     assert "'Cora'" in line and "'ogbn-arxiv'" in line
 
 
+def test_data_overrides_name_registered_datasets_and_known_flags():
+    study = make_study()
+    study["data"] = {"largest_component": False, "per_dataset": {"Photo": {"largest_component": True}}}
+    assert check(study) == []
+    study["data"]["per_dataset"] = {"Fotos": {"largest_component": True}}
+    assert only(check(study), "Fotos").startswith(f"{FILE}: data.per_dataset.Fotos: unknown dataset 'Fotos'")
+    study["data"]["per_dataset"] = {"Photo": {"lcc": True}}
+    assert only(check(study), "lcc")
+
+
 def test_datasets_are_checked_before_only_datasets_drops_them(tmp_path):
     study = make_study()
     study["datasets"] = ["CiteSeer", "Coraa"]

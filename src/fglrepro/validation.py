@@ -214,6 +214,7 @@ def check_study(
     datasets = _check_datasets(problems, study)
     _check_clients(problems, study, datasets, num_nodes)
     _check_partition(problems, study)
+    _check_data_overrides(problems, study)
     blocks = _check_study_blocks(problems, study)
     runs = study.get("runs") or {}
     if isinstance(runs, Mapping):
@@ -313,6 +314,14 @@ def _check_partition(problems: Problems, study: Mapping) -> None:
         for message in _partition_problems(merge(base, override)):
             if message not in base_problems:
                 problems.add(key, message)
+
+
+def _check_data_overrides(problems: Problems, study: Mapping) -> None:
+    """Every key of ``data.per_dataset`` names a registered dataset (the schema checks the values)."""
+    data = study.get("data")
+    overrides = data.get("per_dataset") if isinstance(data, Mapping) else None
+    for dataset in overrides if isinstance(overrides, Mapping) else {}:
+        _unknown_dataset(problems, f"data.per_dataset.{dataset}", dataset)
 
 
 def _check_run_partition(problems: Problems, study: Mapping, run: str, datasets: list[str]) -> None:

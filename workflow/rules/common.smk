@@ -91,6 +91,12 @@ if _problems:
     _fail(_problems, "the selected studies")
 
 
+def study_data(study, dataset):
+    """The study's data block with its ``per_dataset`` override for ``dataset`` applied."""
+    data = {k: v for k, v in study["data"].items() if k != "per_dataset"}
+    return {**data, **study["data"].get("per_dataset", {}).get(dataset, {})}
+
+
 def prep_slug(data):
     """Name of a preprocessing variant: ``plain``, ``lcc``, ``norm`` or ``lcc-norm``."""
     flags = [("lcc", data["largest_component"]), ("norm", data["normalize_features"])]
@@ -106,7 +112,7 @@ def scheme_slug(study, dataset, run=None):
     split = part["split"]
     modes = "-".join([split["mode"], *(f"{100 * split[key]:g}" for key in ("train", "val") if key in split)])
     graphless = f"_graphless{100 * part['graphless_ratio']:g}" if part["graphless_ratio"] else ""
-    return f"{part['partitioner']}{options}_{modes}{graphless}_{prep_slug(study['data'])}"
+    return f"{part['partitioner']}{options}_{modes}{graphless}_{prep_slug(study_data(study, dataset))}"
 
 
 def study_cells(study):
@@ -116,10 +122,11 @@ def study_cells(study):
 
 
 def study_schemes(study):
-    """``{scheme: partition block}`` of every partition ``study`` uses: its table's and those its
-    runs ask for (``runs.<run>.partition``)."""
+    """``{scheme: (partition block, data block)}`` of every partition ``study`` uses: its table's and
+    those its runs ask for (``runs.<run>.partition``)."""
     s = STUDIES[study]
-    return {scheme_slug(s, d, run): run_partition_spec(s, run, d) for run in [None, *s["runs"]] for d in s["datasets"]}
+    return {scheme_slug(s, d, run): (run_partition_spec(s, run, d), study_data(s, d))
+            for run in [None, *s["runs"]] for d in s["datasets"]}
 
 
 def external_file(study, partition):
@@ -135,10 +142,10 @@ def external_file(study, partition):
 
 SCHEMES = {}
 for _name, _study in STUDIES.items():
-    for _scheme, _spec in study_schemes(_name).items():
+    for _scheme, (_spec, _data) in study_schemes(_name).items():
         _partition = {k: _spec[k] for k in ("partitioner", "options", "split", "graphless_ratio")}
         SCHEMES[_scheme] = {
-            "prep": prep_slug(_study["data"]),
+            "prep": prep_slug(_data),
             "partition": external_file(_name, _partition) if _spec["partitioner"] == "external" else _partition,
         }
 
@@ -381,7 +388,7 @@ def study_meta(study):
         "heatmap": s["report"].get("heatmap"),
         "lines": s["report"].get("lines"),
         "average": s["evaluation"].get("average", "weighted"),
-        "schemes": {scheme: spec["partitioner"] for scheme, spec in study_schemes(study).items()},
+        "schemes": {scheme: spec["partitioner"] for scheme, (spec, _) in study_schemes(study).items()},
         "partitions": [
             {"dataset": d, "partitioner": partition_spec(s, d)["partitioner"], "clients": k, "seed": seed}
             for d, _, k in study_cells(study) for seed in s["seeds"]
