@@ -12,7 +12,16 @@ import yaml
 from test_claims import claim, every_cell, make_meta, make_metrics
 
 from fglrepro.report.coverage import FILES as COVERAGE_FILES
-from fglrepro.report.snapshot import RUN_COLUMNS, RUNS, STUDIES, load_claims, read_runs, render, write_snapshot
+from fglrepro.report.snapshot import (
+    PARTITION_STATS,
+    RUN_COLUMNS,
+    RUNS,
+    STUDIES,
+    load_claims,
+    read_runs,
+    render,
+    write_snapshot,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "docs" / "results"
@@ -24,7 +33,8 @@ def differences(snapshot: Path, claims: list[dict], paper_dir: Path) -> list[str
     """Files of a snapshot that differ from what its runs.csv and studies.json render to."""
     files = render(read_runs(snapshot / RUNS), json.loads((snapshot / STUDIES).read_text()), claims, paper_dir)
     marker = ".snakemake_timestamp"  # written by Snakemake into a directory() output
-    on_disk = {p.name for p in snapshot.iterdir()} - {RUNS, STUDIES, marker, *COVERAGE_FILES}  # tests/test_coverage.py
+    on_disk = {p.name for p in snapshot.iterdir() if not p.name.endswith(PARTITION_STATS)} - {
+        RUNS, STUDIES, marker, *COVERAGE_FILES}  # tests/test_coverage.py
     changed = [name for name, text in files.items() if not (snapshot / name).is_file()
                or (snapshot / name).read_text() != text]
     return sorted(changed + sorted(on_disk - set(files)))
@@ -111,6 +121,23 @@ def test_cli_rerender_rewrites_the_derived_files(snapshot):
     claims_file.write_text(yaml.safe_dump({"claims": claims}))
     main(["snapshot", "--rerender", "--claims", str(claims_file), "--paper-dir", str(paper), "--out", str(out)])
     assert differences(out, claims, paper) == []
+
+
+def test_partition_stats_enter_the_snapshot_and_survive_a_rewrite(snapshot, tmp_path):
+    from fglrepro.cli.report import main
+
+    out, claims, paper = snapshot
+    stats = tmp_path / "tables" / f"s{PARTITION_STATS}"
+    stats.parent.mkdir()
+    stats.write_text("dataset,stat,reproduced\nCora,nodes,541.6\n")
+    main(["snapshot", "--rerender", "--paper-dir", str(paper), "--out", str(out), "--partition-stats", str(stats)])
+    assert (out / stats.name).read_text() == stats.read_text()
+    write_snapshot([read_runs(out / RUNS)], json.loads((out / STUDIES).read_text()), claims, paper, out)
+    assert (out / stats.name).is_file() and differences(out, claims, paper) == []
+    wrong = tmp_path / "tables" / "s.comparison.csv"
+    wrong.write_text("x\n")
+    with pytest.raises(ValueError, match="not a partition statistics table"):
+        main(["snapshot", "--rerender", "--out", str(out), "--partition-stats", str(wrong)])
 
 
 @pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="docs/results/ is not committed yet: the lead writes it from real "

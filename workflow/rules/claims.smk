@@ -28,6 +28,7 @@ SNAPSHOT = "docs/results"
 rule claims:
     input:
         metrics=expand(in_results("metrics/{study}.csv"), study=CLAIM_STUDIES),
+        stats=expand(in_results("tables/{study}.partition_stats.csv"), study=CLAIM_STUDIES),
         claims=CLAIMS_FILE or [],
         reported=REPORTED_CSVS if CLAIMS_FILE else [],
         code=[PKG / "cli/report.py", PKG / "report/claims.py", PKG / "report/evidence.py", PKG / "report/tables.py"],
@@ -48,6 +49,7 @@ rule claims:
 rule snapshot:
     input:
         metrics=expand(in_results("metrics/{study}.csv"), study=CLAIM_STUDIES),
+        stats=expand(in_results("tables/{study}.partition_stats.csv"), study=CLAIM_STUDIES),
         claims=CLAIMS_FILE or [],  # without a claims file the snapshot has an empty claims table
         reported=REPORTED_CSVS,
         code=[PKG / "cli/report.py", PKG / "report/snapshot.py", PKG / "report/claims.py", PKG / "report/evidence.py",
@@ -64,6 +66,7 @@ rule snapshot:
         in_results("logs/snapshot.log"),
     shell:
         "fgl-report snapshot {params.claims:q} --paper-dir {params.paper_dir:q} --meta {params.meta:q}"
-        " --results-dir {params.results_dir:q} --out {output:q} {input.metrics:q} > {log:q} 2>&1"
+        " --results-dir {params.results_dir:q} --out {output:q} {input.metrics:q} --partition-stats {input.stats:q}"
+        " > {log:q} 2>&1"
         " && fgl-report coverage --snapshot {output:q} --study-dir {params.study_dir:q} --paper-dir {params.paper_dir:q}"
         " >> {log:q} 2>&1"

@@ -72,6 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     snap.add_argument("--rerender", action="store_true", help="render again from the snapshot's runs.csv")
     snap.add_argument("--allow-dirty", action="store_true",
                       help="accept runs made from a tree with uncommitted changes (a draft, not to be committed)")
+    snap.add_argument("--partition-stats", nargs="+", default=[], metavar="CSV",
+                      help="results/tables/<study>.partition_stats.csv files to keep in the snapshot")
     snap.add_argument("metrics", nargs="*", help="metrics CSVs of the snapshot's studies")
     page = sub.add_parser("html", help="one self-contained HTML report of a paper", **example("html"))
     page.add_argument("--paper", required=True)
@@ -114,7 +116,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     check.add_argument("--cores", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "snapshot" and args.rerender == bool(args.meta or args.metrics):
-        parser.error("snapshot takes --meta and metrics CSVs, or --rerender alone")
+        parser.error("snapshot takes --meta and metrics CSVs, or --rerender (each with --partition-stats, if any)")
     if args.command == "figures" and getattr(args, FIGURE_INPUTS[args.kind]) is None:
         parser.error(f"figures --kind {args.kind} needs --{FIGURE_INPUTS[args.kind]}")
     return args
@@ -178,9 +180,10 @@ def claims_report(args) -> None:
 def snapshot(args) -> None:
     import pandas as pd
 
-    from fglrepro.report.snapshot import load_claims, rerender, write_snapshot
+    from fglrepro.report.snapshot import add_partition_stats, load_claims, rerender, write_snapshot
 
     claims = load_claims(args.claims) if args.claims else []
+    add_partition_stats(args.partition_stats, args.out)
     if args.rerender:
         files = rerender(args.out, claims, args.paper_dir)
     else:

@@ -1,7 +1,8 @@
 """A committed snapshot of reproduced results (docs/results/): the runs, and everything derived from them.
 
 ``runs.csv`` holds one row per run of the snapshot's studies (ids to re-run it, status, test metrics,
-provenance) and ``studies.json`` what the tables need to know about each study. Every other file
+provenance), ``studies.json`` what the tables need to know about each study and
+``<study>.partition_stats.csv`` each study's partition statistics next to the paper's. Every other file
 (the studies' tables, the comparisons with the papers, the claims) is rendered from those two, the
 claims file and the reported values by :func:`render`, so that a test can render them again and
 compare with the committed files.
@@ -20,6 +21,8 @@ RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "part
                "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "wall_s", "device", "git_commit",
                "target"]
 RUNS, STUDIES = "runs.csv", "studies.json"
+#: name ending of a study's partition statistics (ours next to the paper's), kept as made by the workflow
+PARTITION_STATS = ".partition_stats.csv"
 
 
 def run_target(row: Mapping, results_dir: str = "results") -> str:
@@ -169,11 +172,22 @@ def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claim
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
-        if old.is_file():
+        if old.is_file() and not old.name.endswith(PARTITION_STATS):
             old.unlink()
     atomic_write_text(runs.to_csv(index=False), out / RUNS)
     atomic_write_text(json.dumps(dict(metas), indent=1, sort_keys=True) + "\n", out / STUDIES)
     return rerender(out, claims, paper_dir)
+
+
+def add_partition_stats(paths: list[str | Path], out_dir: str | Path) -> None:
+    """Copy the workflow's ``results/tables/<study>.partition_stats.csv`` files into the snapshot,
+    where ``fgl-report coverage`` reads them (a rerun's file replaces the study's old one)."""
+    from fglrepro.io import atomic_write_text
+
+    for path in map(Path, paths):
+        if not path.name.endswith(PARTITION_STATS):
+            raise ValueError(f"{path}: not a partition statistics table (expected <study>{PARTITION_STATS})")
+        atomic_write_text(path.read_text(), Path(out_dir) / path.name)
 
 
 def rerender(out_dir: str | Path, claims: list[dict], paper_dir: str | Path) -> dict[str, str]:
