@@ -1,5 +1,6 @@
-"""KernelOptimizer: torch's Adam / SGD updates without a torch.optim.Optimizer (whose
-construction imports torch._dynamo, about a second per training process)."""
+"""KernelOptimizer: torch's Adam / AdamW / SGD updates without a torch.optim.Optimizer (whose
+construction imports torch._dynamo, about a second per training process); the engine's
+StackedOptimizer: the same updates for clients stacked in one tensor."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import pytest
 import torch
 
+from fglrepro.config import TrainConfig
+from fglrepro.fl.engine import StackedOptimizer
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 
 
@@ -43,6 +46,48 @@ def test_updates_equal_torch_optimisers_bit_for_bit(fused, momentum):
     assert not torch.equal(got[0], parameters()[0])
     for a, b in zip(got, expected):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("fused", [None, True])
+def test_decoupled_updates_equal_torch_adamw_bit_for_bit(fused):
+    expected = run(lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=5e-2, fused=fused))
+    got = run(lambda ps: KernelOptimizer(ps, lr=0.01, weight_decay=5e-2, fused=fused, decoupled=True))
+    coupled = run(lambda ps: KernelOptimizer(ps, lr=0.01, weight_decay=5e-2, fused=fused))
+    assert not torch.equal(got[0], coupled[0])
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+
+
+def test_train_optimizer_adamw_selects_decoupled_decay_and_sgd_refuses_it():
+    params = parameters()
+    assert KernelOptimizer.of(params, TrainConfig(optimizer="adamw")).decoupled
+    assert not KernelOptimizer.of(params, TrainConfig(optimizer="adam")).decoupled
+    with pytest.raises(ValueError, match="momentum must be None"):
+        KernelOptimizer(params, lr=0.1, momentum=0.0, decoupled=True)
+
+
+@pytest.mark.parametrize("name, reference", [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_stacked_optimizer_steps_each_client_as_its_own_torch_optimiser(name, reference):
+    """Rows of ``[K, ...]`` stacks, stepped for a changing subset of clients: each client's
+    row follows its own torch optimiser (fused kernel) bit for bit, idle clients keep theirs."""
+    gen = torch.Generator().manual_seed(2)
+    stacks = [torch.randn(3, 4, 2, generator=gen), torch.randn(3, 2, generator=gen)]
+    config = TrainConfig(optimizer=name, lr=0.05, weight_decay=0.1)
+    stacked = StackedOptimizer(stacks, 3, config)
+    rows = [[s[k].clone().requires_grad_(True) for s in stacks] for k in range(3)]
+    alone = [reference(r, lr=0.05, weight_decay=0.1, fused=True) for r in rows]
+    for ks in ([0, 1, 2], [0, 2], [1], [0, 1, 2]):
+        params = [s[ks].clone().requires_grad_(True) for s in stacks]
+        grads = torch.autograd.grad(sum((p.sin() * p).sum() for p in params), params)
+        stacked.step(ks, params, list(grads))
+        for s, p in zip(stacks, params):
+            s[ks] = p.detach()
+        for k in ks:
+            alone[k].zero_grad()
+            sum((p.sin() * p).sum() for p in rows[k]).backward()
+            alone[k].step()
+    for j, s in enumerate(stacks):
+        assert torch.equal(s, torch.stack([r[j].detach() for r in rows]))
 
 
 def test_selected_rows_continue_as_each_row_alone():

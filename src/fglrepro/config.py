@@ -180,6 +180,9 @@ class TrainConfig:
 
     rounds: int = 100
     local_epochs: int = 3
+    #: ``adam`` (torch's Adam: L2 weight decay added to the gradient, then normalised with it),
+    #: ``adamw`` (torch's AdamW: decay decoupled from the gradient, ``p *= 1 - lr * weight_decay``)
+    #: or ``sgd`` (no momentum)
     optimizer: str = "adam"
     lr: float = 0.01
     weight_decay: float = 5e-4
@@ -195,7 +198,7 @@ class TrainConfig:
     engine: str = "auto"
 
     def __post_init__(self) -> None:
-        choice(self.optimizer, ("adam", "sgd"), "train.optimizer")
+        choice(self.optimizer, ("adam", "adamw", "sgd"), "train.optimizer")
         choice(self.engine, ENGINES, "train.engine")
         if self.rounds < 1 or self.local_epochs < 0:
             raise ConfigError("train.rounds must be >= 1 and train.local_epochs >= 0")

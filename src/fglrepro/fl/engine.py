@@ -256,7 +256,7 @@ class StackedGCN:
 
 
 class StackedOptimizer:
-    """The study's optimiser (Adam or SGD, with L2 weight decay as in torch) for K clients at
+    """The study's optimiser (Adam, AdamW or SGD, with weight decay as in torch) for K clients at
     once: state stacked over all clients, each client with its own step count, updated for
     the rows of a round's participants only (torch's fused Adam kernel, one tensor per
     client and parameter)."""
@@ -291,6 +291,7 @@ class StackedOptimizer:
         adam(
             flat_p, flat_g, flat_m, flat_v, [], flat_s, fused=True, amsgrad=False, beta1=0.9, beta2=0.999,
             lr=cfg.lr, weight_decay=cfg.weight_decay, eps=1e-8, maximize=False,
+            decoupled_weight_decay=cfg.optimizer == "adamw",
         )
 
 

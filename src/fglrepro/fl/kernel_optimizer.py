@@ -1,4 +1,4 @@
-"""A torch optimiser without ``torch.optim.Optimizer``: Adam and SGD through torch's
+"""A torch optimiser without ``torch.optim.Optimizer``: Adam, AdamW and SGD through torch's
 functional kernels."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from fglrepro.config import TrainConfig
 
 
 class KernelOptimizer:
-    """``torch.optim.Adam`` (``momentum`` None) or ``torch.optim.SGD`` with ``momentum`` on
+    """``torch.optim.Adam`` (``momentum`` None), ``torch.optim.AdamW`` (``momentum`` None and
+    ``decoupled``) or ``torch.optim.SGD`` with ``momentum`` on
     ``params``, stepping through torch's functional kernels (``torch.optim.adam.adam``,
     ``torch.optim.sgd.sgd``) with the state those classes keep, created at a parameter's first
     gradient as they create it: the same updates bit for bit (``tests/test_kernel_optimizer.py``).
@@ -23,15 +24,21 @@ class KernelOptimizer:
 
     Args:
         params: the parameters, updated in place by :meth:`step`.
-        lr, weight_decay: as in torch (L2 decay added to the gradient).
+        lr, weight_decay: as in torch: L2 decay added to the gradient (coupled), or with
+            ``decoupled`` AdamW's ``p <- p * (1 - lr * weight_decay)`` before the Adam step.
         momentum: SGD's momentum; ``None`` for Adam (betas 0.9, 0.999, eps 1e-8).
         fused: torch's fused kernel (``None``: its default single-tensor one).
+        decoupled: AdamW's decoupled weight decay (Adam only).
     """
 
     def __init__(self, params: Iterable[Tensor], lr: float, weight_decay: float = 0.0,
-                 momentum: float | None = None, fused: bool | None = None) -> None:
+                 momentum: float | None = None, fused: bool | None = None, decoupled: bool = False) -> None:
+        if decoupled and momentum is not None:
+            raise ValueError("decoupled weight decay is AdamW's: momentum must be None (Adam), got "
+                             f"momentum={momentum}")
         self.params = list(params)
         self.lr, self.weight_decay, self.momentum, self.fused = lr, weight_decay, momentum, fused
+        self.decoupled = decoupled
         #: per parameter (by position) its Adam step, first and second moments, or its SGD momentum buffer
         self.state: dict[int, list[Tensor | None]] = {}
 
@@ -42,10 +49,10 @@ class KernelOptimizer:
 
     @classmethod
     def of(cls, params: Iterable[Tensor], config: TrainConfig, fused: bool | None = None) -> "KernelOptimizer":
-        """The study's optimiser (``config.optimizer``: Adam, or SGD without momentum) with its
-        learning rate and weight decay: :func:`~fglrepro.fl.training.make_optimizer`'s."""
+        """The study's optimiser (``config.optimizer``: Adam, AdamW, or SGD without momentum) with
+        its learning rate and weight decay: :func:`~fglrepro.fl.training.make_optimizer`'s."""
         momentum = 0.0 if config.optimizer == "sgd" else None
-        return cls(params, config.lr, config.weight_decay, momentum, fused)
+        return cls(params, config.lr, config.weight_decay, momentum, fused, decoupled=config.optimizer == "adamw")
 
     def select_rows(self, rows: Tensor) -> list[Tensor]:
         """For parameters stacked over clients (``[m, ...]``, every row stepped together, so
@@ -75,4 +82,5 @@ class KernelOptimizer:
                 self.state[i] = [step, torch.zeros_like(p), torch.zeros_like(p)]
         steps, exp_avgs, exp_avg_sqs = zip(*(self.state[i] for i in live)) if live else ((), (), ())
         adam(params, grads, list(exp_avgs), list(exp_avg_sqs), [], list(steps), fused=self.fused, amsgrad=False,
-             beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=self.weight_decay, eps=1e-8, maximize=False)
+             beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=self.weight_decay, eps=1e-8, maximize=False,
+             decoupled_weight_decay=self.decoupled)

@@ -23,7 +23,7 @@ class Diverged(RuntimeError):
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig, fused: bool | None = None) -> KernelOptimizer:
-    """The local optimiser named by ``config.optimizer``: torch's Adam or SGD update, bit for
+    """The local optimiser named by ``config.optimizer``: torch's Adam, AdamW or SGD update, bit for
     bit, without constructing a ``torch.optim.Optimizer`` (:class:`KernelOptimizer`: that
     construction imports ``torch._dynamo``, ~1 s CPU per process). ``fused`` selects torch's
     single-pass kernel (same update up to float rounding; ~3x faster per step on CPU for a
