@@ -1,6 +1,9 @@
 """Client clustering for clustered federated learning (GCFL / GCFL+, Xie et al., 2021).
 
-A cluster of clients is split in two by a minimum cut (Stoer-Wagner) of the complete
+Whether a cluster splits is Sattler et al.'s (CFL, 2020) rule on the members' updates
+``dW [m, d]``: the federation is near a stationary point (``||mean_k dW_k|| < eps1``) while
+some client is not (``max_k ||dW_k|| > eps2``); :func:`split_criterion`. A cluster that
+splits is cut in two by a minimum cut (Stoer-Wagner) of the complete
 graph whose edge weights are pairwise client similarities: the cosine similarity of
 their model updates (GCFL), or the negated dynamic-time-warping distance between their
 sequences of gradient norms (GCFL+).
@@ -92,6 +95,21 @@ def bipartition_by_sequences(
         seqs = seqs / np.maximum(seqs.std(axis=1, keepdims=True), np.finfo(np.float64).tiny)
     distances = dtw_distance_matrix(seqs)
     return min_cut_bipartition(distances.max() - distances)
+
+
+def update_norms(updates: Tensor) -> tuple[float, float]:
+    """``(||mean_k dW_k||, max_k ||dW_k||)`` of the rows of ``updates [m, d]`` (plain mean, as in
+    the GCFL code)."""
+    return float(updates.mean(dim=0).norm()), float(updates.norm(dim=1).max())
+
+
+def split_criterion(updates: Tensor, eps1: float, eps2: float, scale: float = 1.0) -> bool:
+    """GCFL's rule on updates ``[m, d]``: ``||mean dW|| < eps1 * scale`` and
+    ``max ||dW|| > eps2 * scale``. ``scale`` 1 gives the absolute thresholds of the GCFL code; a
+    reference update norm (e.g. round 1's mean ``||dW_k||``) makes them relative, so the rule does
+    not change when every update is multiplied by the same constant."""
+    mean_norm, max_norm = update_norms(updates)
+    return mean_norm < eps1 * scale and max_norm > eps2 * scale
 
 
 def flatten_update(update: dict[str, Tensor]) -> Tensor:

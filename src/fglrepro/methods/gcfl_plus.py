@@ -13,9 +13,17 @@ from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
-from fglrepro.fl.clustering import bipartition_by_sequences, bipartition_by_updates, flatten_update
+from fglrepro.fl.clustering import (
+    bipartition_by_sequences,
+    bipartition_by_updates,
+    flatten_update,
+    split_criterion,
+)
 from fglrepro.fl.method import Federation, ParameterAveraging, Upload
 from fglrepro.methods import register
+
+#: eps1, eps2 of each threshold mode when the study gives none (see :class:`GCFLPlusHparams`)
+DEFAULT_EPS = {"absolute": (0.05, 0.1), "relative": (0.32, 0.63)}
 
 
 @dataclass(frozen=True)
@@ -25,9 +33,27 @@ class GCFLPlusHparams:
     repository has no GCFL+ code) and the 20-round warm-up hard-coded in the GCFL and
     OpenFGL servers.
 
-    eps1: a cluster may split when the norm of its clients' mean update is below eps1
-        (the federation is near a stationary point) ...
-    eps2: ... while some client's update norm is above eps2 (clients still disagree).
+    With updates ``dW_k [d]`` (client k's trained parameters minus its cluster model, all
+    parameters flattened) of the members that uploaded, a cluster of more than 2 members splits
+    when ``||mean_k dW_k|| < eps1 * s`` (the cluster is near a stationary point) and
+    ``max_k ||dW_k|| > eps2 * s`` (some client is not), where
+
+    - ``threshold: absolute`` (GCFL / OpenFGL code): ``s = 1``, eps1 0.05, eps2 0.1 by default.
+      These are norms in parameter units, so whether a cluster ever splits depends on the
+      optimiser, learning rate and model size: with Adam (lr 0.01) on Cora every client's
+      update norm is about ``lr * sqrt(d)`` ~ 4 and stays far above eps1, so nothing splits.
+    - ``threshold: relative``: ``s`` = round 1's mean ``||dW_k||`` over the uploads, divided by
+      the number of local epochs (a client's first update per epoch; fixed for the run). The
+      rule then reads "the cluster's update has fallen below eps1 of a first epoch's update
+      while some client still moves by more than eps2 of it", and does not change when every
+      update is scaled by a constant (learning rate, parameter count, optimiser). Defaults eps1
+      0.32, eps2 0.63: the GCFL code's 0.05 and 0.1 in units of its own first update per epoch,
+      one Adam step (lr 0.001; one batch for a client of < 128 training graphs) on its 24,960
+      GIN-conv parameters, ``0.001 * sqrt(24960) = 0.158``. A split needs ``max ||dW|| >
+      (eps2 / eps1) ||mean dW||`` (about 2x), so clients whose updates agree never split.
+
+    eps1, eps2: thresholds (``null``: the mode's defaults above).
+    threshold: ``"absolute"`` or ``"relative"`` (above).
     seq_length: number of latest gradient norms per client compared by DTW; every client
         needs that many since the last split.
     standardize: divide each gradient-norm sequence by its standard deviation before DTW.
@@ -36,8 +62,9 @@ class GCFLPlusHparams:
         ``"cosine"`` (GCFL: cosine similarity of the current updates).
     """
 
-    eps1: float = 0.05
-    eps2: float = 0.1
+    eps1: float | None = None
+    eps2: float | None = None
+    threshold: str = "absolute"
     seq_length: int = 5
     standardize: bool = False
     warmup_rounds: int = 20
@@ -45,6 +72,10 @@ class GCFLPlusHparams:
 
     def __post_init__(self) -> None:
         choice(self.clustering, ("dtw", "cosine"), "hparams.clustering")
+        choice(self.threshold, tuple(DEFAULT_EPS), "hparams.threshold")
+        eps1, eps2 = DEFAULT_EPS[self.threshold]
+        object.__setattr__(self, "eps1", eps1 if self.eps1 is None else self.eps1)
+        object.__setattr__(self, "eps2", eps2 if self.eps2 is None else self.eps2)
         if self.eps1 < 0 or self.eps2 < 0:
             raise ConfigError(f"hparams.eps1 and eps2 must be >= 0, got {self.eps1}, {self.eps2}")
         if self.seq_length < 1 or self.warmup_rounds < 0:
@@ -66,7 +97,10 @@ class GCFLPlus(ParameterAveraging):
     upload their trained parameters (plus the last gradient norm for ``"dtw"``); the server
     computes each update ``dW_k = W_k - W_cluster``, splits clusters that meet the GCFL rule,
     and sets every cluster model to the n_k-weighted average of its participating members'
-    parameters (equal to ``W_cluster + sum_k n_k dW_k / sum_k n_k``)."""
+    parameters (equal to ``W_cluster + sum_k n_k dW_k / sum_k n_k``).
+
+    ``reference``: round 1's mean ``||dW_k||`` per local epoch, the unit of relative thresholds.
+    ``splits``: ``(round, first half, second half)`` of every split so far."""
 
     label = "GCFL+"
     vectorised = True
@@ -77,6 +111,8 @@ class GCFLPlus(ParameterAveraging):
         self.clusters: list[list[int]] = [list(range(len(self.clients)))]
         self.cluster_models: list[nn.Module] = [self.global_model]
         self.norm_sequences: list[list[float]] = [[] for _ in self.clients]
+        self.reference: float | None = None
+        self.splits: list[tuple[int, list[int], list[int]]] = []
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The trained parameters, and for ``"dtw"`` the last local gradient norm."""
@@ -93,6 +129,9 @@ class GCFLPlus(ParameterAveraging):
             updates[k] = {n: state[n] - received[n] for n in state}
             if self.hparams.clustering == "dtw":
                 self.norm_sequences[k].append(float(uploads[k].extras["grad_norm"]))
+        if self.reference is None and updates:
+            first = sum(float(flatten_update(u).norm()) for u in updates.values()) / len(updates)
+            self.reference = first / max(self.federation.train.local_epochs, 1)
         clusters, models = [], []
         for members, model in zip(self.clusters, self.cluster_models):
             halves = self.split(members, updates, round_)
@@ -102,6 +141,7 @@ class GCFLPlus(ParameterAveraging):
             else:
                 clusters.extend(halves)
                 models.extend([model, copy.deepcopy(model)])
+                self.splits.append((round_, *halves))
         self.clusters, self.cluster_models = clusters, models
         for members, model in zip(self.clusters, self.cluster_models):
             for k in members:
@@ -115,8 +155,9 @@ class GCFLPlus(ParameterAveraging):
         self, members: list[int], updates: dict[int, dict[str, Tensor]], round_: int,
     ) -> tuple[list[int], list[int]] | None:
         """The two halves of cluster ``members`` if the GCFL rule splits it this round:
-        more than 2 members, past the warm-up, ``||mean dW|| < eps1`` and
-        ``max ||dW|| > eps2`` over the members that uploaded, and the clustering input
+        more than 2 members, past the warm-up, ``||mean dW|| < eps1 * s`` and
+        ``max ||dW|| > eps2 * s`` over the members that uploaded (``s``: 1 or, for relative
+        thresholds, :attr:`reference`), and the clustering input
         available (``"dtw"``: ``seq_length`` gradient norms for every client, after which
         all sequences restart; ``"cosine"``: an update from every member)."""
         h = self.hparams
@@ -124,9 +165,8 @@ class GCFLPlus(ParameterAveraging):
         if len(members) <= 2 or round_ <= h.warmup_rounds or not present:
             return None
         vectors = torch.stack([flatten_update(updates[k]) for k in present])
-        mean_norm = float(vectors.mean(dim=0).norm())
-        max_norm = float(vectors.norm(dim=1).max())
-        if not (mean_norm < h.eps1 and max_norm > h.eps2):
+        scale = self.reference if h.threshold == "relative" else 1.0
+        if not split_criterion(vectors, h.eps1, h.eps2, scale):
             return None
         if h.clustering == "dtw":
             if any(len(seq) < h.seq_length for seq in self.norm_sequences):
