@@ -55,6 +55,7 @@ METHOD_MODULES: dict[str, str] = {
     "renode": "renode",
     "fedspray": "fedspray",
     "fedgm": "fedgm",
+    "fedlog": "fedlog",
 }
 
 _REGISTRY: dict[str, type] = {}
