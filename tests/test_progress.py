@@ -10,7 +10,7 @@ import os
 import time
 
 from fglrepro.fl.loop import RoundProgress
-from fglrepro.progress import Progress, duration, start
+from fglrepro.progress import Progress, damaged_runs_message, duration, start
 
 
 def finish(path, method, cpu_s):
@@ -101,11 +101,27 @@ def test_a_stopped_run_names_its_stopped_jobs_and_how_to_resume(tmp_path):
     assert stop_message(stopped_jobs(logs / "none", since)) == ""
 
 
+def test_a_run_that_aggregated_damaged_run_files_ends_by_naming_them_and_how_to_rebuild(tmp_path):
+    logs = tmp_path / "logs" / "aggregate"
+    logs.mkdir(parents=True)
+    bad = "damaged file r/runs/s/fedavg/seed0.json (JSONDecodeError: x); it is made by rule train. Rebuild it with: " \
+          "snakemake --cores all -R 'r/runs/s/fedavg/seed0.json' (its row has status unreadable)"
+    (logs / "s.log").write_text(f"x INFO fgl-aggregate: 2 runs aggregated\nx WARNING fgl-aggregate: {bad}\n")
+    (logs / "old.log").write_text("x WARNING fgl-aggregate: damaged file r/runs/old/seed0.json (E)\n")
+    since = time.time() - 60
+    os.utime(logs / "old.log", (since - 600, since - 600))  # written by an earlier run
+    message = damaged_runs_message(logs, since)
+    assert message.startswith("1 run file(s) could not be read") and message.endswith(bad)
+    assert "runs/old" not in message
+    assert damaged_runs_message(tmp_path / "none", since) == ""
+
+
 def test_the_lock_hint_tells_an_active_run_from_a_gone_one(tmp_path):
     import subprocess
     import sys
 
-    from fglrepro.progress import lock_hint, process_alive, record_active_run
+    from fglrepro.processes import process_alive
+    from fglrepro.progress import lock_hint, record_active_run
 
     locks, active = tmp_path / "locks", tmp_path / "active.json"
     assert lock_hint(locks, active) == ""  # nothing locked

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
+from fglrepro.processes import process_alive
+
 
 def finished_cost(path: Path) -> tuple[str, float] | None:
     """``(method, CPU seconds)`` of a finished run JSON, or None (absent or unreadable yet)."""
@@ -97,26 +99,32 @@ def start(planned: Iterable[tuple[str | Path, str]], workers: int, every_s: floa
     return thread
 
 
-# ---- a run that stops: what was stopped and how to go on; a lock held by another run ------------
+# ---- a run that ends: jobs a signal stopped and how to go on, damaged run files; a lock held by another run
 
 #: the line ``fgl-train`` logs when SIGTERM or SIGINT stops it (``fglrepro.cli.train``).
 STOP_MARK = "stopped by SIG"
 
 
-def stopped_jobs(log_dir: str | Path, since: float) -> list[tuple[Path, str]]:
-    """``(log, its stop line)`` of every training log under ``log_dir`` written since ``since``
-    (a time.time()) that says the job was stopped by a signal."""
+def marked_lines(log_dir: str | Path, since: float, mark: str) -> list[tuple[Path, list[str]]]:
+    """``(log, its lines holding mark)`` of every log under ``log_dir`` written since ``since`` (a
+    time.time()) with at least one such line."""
     found = []
     for path in sorted(Path(log_dir).rglob("*.log")) if Path(log_dir).is_dir() else []:
         try:
             if path.stat().st_mtime < since:
                 continue
-            lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if STOP_MARK in line]
+            lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if mark in line]
         except OSError:
             continue
         if lines:
-            found.append((path, lines[-1]))
+            found.append((path, lines))
     return found
+
+
+def stopped_jobs(log_dir: str | Path, since: float) -> list[tuple[Path, str]]:
+    """``(log, its stop line)`` of every training log under ``log_dir`` written since ``since``
+    (a time.time()) that says the job was stopped by a signal."""
+    return [(path, lines[-1]) for path, lines in marked_lines(log_dir, since, STOP_MARK)]
 
 
 def stop_message(stopped: list[tuple[Path, str]]) -> str:
@@ -133,27 +141,25 @@ def stop_message(stopped: list[tuple[Path, str]]) -> str:
     return "\n".join(lines)
 
 
+#: what ``fgl-aggregate`` logs for a run JSON it cannot read (``fglrepro.io.damaged_message``).
+DAMAGED_MARK = "damaged file "
+
+
+def damaged_runs_message(log_dir: str | Path, since: float) -> str:
+    """What a user reads at the end of a run whose aggregation met damaged run JSONs (their cells say
+    UNREADABLE; a plain rerun does not retrain them): each file and the command that rebuilds it, from
+    the aggregate logs under ``log_dir`` written since ``since``; ``""`` when there was none."""
+    lines = [line[line.index(DAMAGED_MARK):] for _, found in marked_lines(log_dir, since, DAMAGED_MARK)
+             for line in found]
+    if not lines:
+        return ""
+    head = [f"{len(lines)} run file(s) could not be read (cells UNREADABLE; a plain rerun does not retrain them):"]
+    more = [f"  ... and {len(lines) - 10} more (logs/aggregate/)"] if len(lines) > 10 else []
+    return "\n".join(head + lines[:10] + more)
+
+
 #: where a running workflow records itself (under the working directory's .snakemake/).
 ACTIVE_RUN = Path(".snakemake") / "fglrepro-active-run.json"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc (not Linux): ask the kernel
-        import os
-
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def record_active_run(pid: int, command: list[str], path: Path = ACTIVE_RUN) -> None:

@@ -40,9 +40,12 @@ onstart:
 
 
 onsuccess:
-    from fglrepro.progress import clear_active_run
+    from fglrepro.progress import clear_active_run, damaged_runs_message
 
     clear_active_run()
+    message = damaged_runs_message(in_results("logs/aggregate"), WORKFLOW_STARTED)
+    if message:
+        print(message, file=sys.stderr)
 
 
 onerror:

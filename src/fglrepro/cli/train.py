@@ -78,7 +78,7 @@ def stop_with_workflow(interval_s: float = 1.0) -> None:
     import os
     import threading
 
-    from fglrepro.progress import process_alive
+    from fglrepro.processes import process_alive
 
     pid = os.environ.get(WORKFLOW_PID, "")
     if not pid.isdigit():
