@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.config import ConfigError
+from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.augment import perturbed_view
 from fglrepro.fl.clients import ClientData
@@ -82,6 +82,14 @@ class FedGKCHparams:
         score ``max p + (max p - sum of the rest) / (M - 1) - lam * mean neighbour cosine``.
       coarse_alignment: Figure 3b's baseline, "losses and KAMA removed" (overrides ``smkd``
         and ``kama``: off both).
+
+    Open choices of SMKD (issue 24; Cora-10 probe in docs/notes/fedgkc.md):
+      teacher_mode: the mode of the local model's forward pass on the weak view, the teacher
+        of L_self (eq. 4 compares the "weakly perturbated view" with the strong one; the mode
+        is not stated): ``train`` (default, with dropout, as the student's pass) or ``eval``.
+      mutual_nodes: the nodes of the KL terms of eq. 2-3 (eq. 2-3 write no node set):
+        ``train`` (default, the labelled nodes, as the CE term and FML in FedPPN's graph code)
+        or ``all`` (every node of the client, as L_neigh in eq. 1).
     """
 
     alpha: float = 0.6
@@ -100,6 +108,8 @@ class FedGKCHparams:
     kama_class_clarity: bool = True
     kama_assoc_clarity: bool = True
     coarse_alignment: bool = False
+    teacher_mode: str = "train"
+    mutual_nodes: str = "train"
 
     def __post_init__(self) -> None:
         if self.alpha < 0 or self.beta < 0 or self.alpha + self.beta > 1:
@@ -108,6 +118,8 @@ class FedGKCHparams:
         if self.neighbour_space not in ("logits", "hidden"):
             raise ConfigError(f"hparams.neighbour_space must be one of ['hidden', 'logits'], "
                               f"got {self.neighbour_space!r}")
+        choice(self.teacher_mode, ("eval", "train"), "hparams.teacher_mode")
+        choice(self.mutual_nodes, ("all", "train"), "hparams.mutual_nodes")
         for key in ("weak_edge_drop", "weak_feature_mask", "strong_edge_drop", "strong_feature_mask"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"hparams.{key} must be in [0, 1), got {getattr(self, key)}")
@@ -128,12 +140,14 @@ class FedGKCHparams:
 
 def mutual_terms(local: tuple[Tensor, Tensor], copilot: tuple[Tensor, Tensor], labels: Tensor, mask: Tensor,
                  neighbour_kl: Callable[[Tensor, Tensor], Tensor], hp: FedGKCHparams,
-                 terms: WholeGraph | PerClient = WHOLE_GRAPH) -> tuple[Tensor, Tensor]:
+                 terms: WholeGraph | PerClient = WHOLE_GRAPH,
+                 node_terms: WholeGraph | PerClient = WHOLE_GRAPH) -> tuple[Tensor, Tensor]:
     """``(L_local-mutu, L_cop-mutu)`` of eq. 3 and 2 from the two models' ``(hidden [n, d],
-    logits [n, C])``: cross-entropy and KL on the training nodes (``mask [n]``, their
-    ``labels``), L_neigh (``neighbour_kl(teacher, student)``, eq. 1) on all nodes; in each
-    loss the other model is the detached teacher. Scalars, or per client ``[K]`` with
-    ``terms`` :class:`~fglrepro.fl.grouped.PerClient` (and a per-client ``neighbour_kl``)."""
+    logits [n, C])``: cross-entropy on the training nodes (``mask [n]``, their ``labels``),
+    KL on them too (``hp.mutual_nodes: train``, reduced by ``terms``) or on all nodes
+    (``all``, reduced by ``node_terms``), L_neigh (``neighbour_kl(teacher, student)``, eq. 1)
+    on all nodes; in each loss the other model is the detached teacher. Scalars, or per client
+    ``[K]`` with :class:`~fglrepro.fl.grouped.PerClient` terms (and a per-client ``neighbour_kl``)."""
     (hidden_l, logits_l), (hidden_c, logits_c) = local, copilot
     loss_l = hp.alpha * terms.cross_entropy(logits_l[mask], labels)
     loss_c = hp.alpha * terms.cross_entropy(logits_c[mask], labels)
@@ -145,8 +159,10 @@ def mutual_terms(local: tuple[Tensor, Tensor], copilot: tuple[Tensor, Tensor], l
         loss_l = loss_l + beta * neighbour_kl(z_c.detach(), z_l)
         loss_c = loss_c + beta * neighbour_kl(z_l.detach(), z_c)
     distill = 1 - hp.alpha - beta
-    loss_l = loss_l + distill * terms.kl(logits_c[mask].detach(), logits_l[mask])
-    loss_c = loss_c + distill * terms.kl(logits_l[mask].detach(), logits_c[mask])
+    if hp.mutual_nodes == "train":
+        logits_l, logits_c, node_terms = logits_l[mask], logits_c[mask], terms
+    loss_l = loss_l + distill * node_terms.kl(logits_c.detach(), logits_l)
+    loss_c = loss_c + distill * node_terms.kl(logits_l.detach(), logits_c)
     return loss_l, loss_c
 
 
@@ -183,11 +199,15 @@ def self_distillation_terms(weak: tuple[Tensor, Tensor], strong: tuple[Tensor, T
 def self_distillation_loss(model: nn.Module, client: ClientData, hp: FedGKCHparams) -> Tensor:
     """Eq. 4 on fresh weak and strong views (:func:`self_distillation_terms`): embeddings
     ``[n, d]``, MSE mean over entries, KL averaged over nodes, the weak view the detached
-    teacher."""
+    teacher (in evaluation mode with ``hp.teacher_mode: eval``, else in the model's mode)."""
     x_weak, adj_weak = perturbed_view(client, hp.weak_edge_drop, hp.weak_feature_mask)
     x_strong, adj_strong = perturbed_view(client, hp.strong_edge_drop, hp.strong_feature_mask)
+    training = model.training
+    if hp.teacher_mode == "eval":
+        model.eval()
     with torch.no_grad():
         weak = model(x_weak, adj_weak, return_hidden=True)
+    model.train(training)
     return self_distillation_terms(weak, model(x_strong, adj_strong, return_hidden=True))
 
 
@@ -323,15 +343,15 @@ class FedGKC(GroupedUpdates, FederatedMethod):
         in two stacked forwards (the local models one per architecture), the two views of
         the self-distillation drawn for each architecture's union at once."""
         hp, local = self.hparams, roles["local"]
-        mask = union.train_mask
+        mask, every_node = union.train_mask, PerClient(union.batch, union.num_clients)
         loss_l, loss_c = mutual_terms(local.forward(), roles["copilot"].forward(), union.y[mask], mask,
                                       partial(client_neighbourhood_kl, union=union), hp,
-                                      PerClient(union.batch[mask], union.num_clients))
+                                      PerClient(union.batch[mask], union.num_clients), every_node)
         if hp.uses_smkd and hp.self_distill:
             with torch.no_grad():
-                weak = local.forward(perturb=(hp.weak_edge_drop, hp.weak_feature_mask))
+                weak = local.forward(hp.teacher_mode == "train", perturb=(hp.weak_edge_drop, hp.weak_feature_mask))
             strong = local.forward(perturb=(hp.strong_edge_drop, hp.strong_feature_mask))
-            loss_l = loss_l + self_distillation_terms(weak, strong, PerClient(union.batch, union.num_clients))
+            loss_l = loss_l + self_distillation_terms(weak, strong, every_node)
         return loss_l + loss_c
 
     def grouped_trained(self, ks: list[int], union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> None:
