@@ -56,6 +56,7 @@ METHOD_MODULES: dict[str, str] = {
     "fedspray": "fedspray",
     "fedgm": "fedgm",
     "fedlog": "fedlog",
+    "ghost": "ghost",
 }
 
 _REGISTRY: dict[str, type] = {}
