@@ -29,7 +29,8 @@ from fglrepro.models import fast_kernels
 ZOO = ModelConfig(hidden=16, readout=True, dropout=0.0, clients=[
     {"arch": "gcn"}, {"arch": "gat"}, {"arch": "sage"}, {"arch": "gin"}, {"arch": "sgc", "hops": 2}])
 NO_VIEWS = {"weak_edge_drop": 0.0, "weak_feature_mask": 0.0, "strong_edge_drop": 0.0, "strong_feature_mask": 0.0}
-METHODS = [("fml", None), ("fedkd", None), ("fedgkc", NO_VIEWS), ("fedtgp", None)]
+METHODS = [("fml", None), ("fedkd", None), ("fedgkc", NO_VIEWS), ("fedtgp", None), ("fedproto", None), ("fedppn", None),
+           ("lg_fedavg", None)]
 
 
 def run(data, name, hparams, path, rounds=3, model=ZOO, **train):
@@ -70,6 +71,25 @@ def test_grouped_path_trains_the_per_client_models(request, data, name, hparams)
     assert val_curve(out_history) == pytest.approx(val_curve(ref_history), abs=1e-6)
     losses = [r["train_loss"] for r in ref_history.rounds]
     assert [r["train_loss"] for r in out_history.rounds] == pytest.approx(losses, rel=1e-5)
+
+
+#: FedGKC Table 2's model scales: SGC-2 and GCN-2/3 (the deeper one with jumping knowledge).
+SCALES = ModelConfig(hidden=16, readout=True, dropout=0.0, clients=[
+    {"arch": "sgc", "hops": 2}, {"arch": "gcn", "layers": 2}, {"arch": "gcn", "layers": 3, "jk": "max"}])
+
+
+@pytest.mark.parametrize("name,model", [
+    ("fiarse", SCALES), ("fml", SCALES),
+    ("fml", ModelConfig(hidden=16, readout=True, dropout=0.0, clients=[{"arch": "gcn", "layers": 3, "jk": "cat"}])),
+])
+def test_grouped_path_of_deep_and_submodel_clients(cora, name, model):
+    """Jumping-knowledge GCNs and FIARSE's importance-masked submodels (each client's rows of
+    one stack at its own threshold) train as on the per-client path."""
+    ref, ref_history = run(cora, name, None, "per-client", model=model)
+    out, out_history = run(cora, name, None, "grouped", model=model)
+    assert out.on_grouped_path and not ref.on_grouped_path
+    assert parameter_gap(ref, out) < 1e-6
+    assert val_curve(out_history) == pytest.approx(val_curve(ref_history), abs=1e-6)
 
 
 @pytest.mark.parametrize("name,hparams", [("fml", None), ("fedgkc", NO_VIEWS)])

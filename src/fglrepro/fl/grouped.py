@@ -1,9 +1,10 @@
 """Model-heterogeneous clients trained together, one batched computation per architecture.
 
-The model-heterogeneous methods (FML, FedKD, FedGKC) give every client modules of its own
-(a private model of any zoo architecture, a copy of a shared model, a hidden map). Clients
-whose module of one role has the same architecture form a group (client k gets zoo entry
-``k mod 5``: five groups of private models; one group of shared copies). Within a group every
+The model-heterogeneous methods (FML, FedKD, FedGKC, FedTGP, FedProto, FedPPN, LG-FedAvg) give
+every client modules of its own (a private model of any zoo architecture, a copy of a shared
+model, a hidden map). Clients whose module of one role has the same architecture form a group
+(client k gets zoo entry ``k mod 5``: five groups of private models; one group of shared
+copies). Within a group every
 parameter is stacked over the members (``[m, ...]``, weights transposed to ``[m, in, out]``
 as in :class:`fglrepro.fl.engine.StackedGCN`), the members' graphs form one disjoint union
 (:class:`~fglrepro.fl.engine.ClientBatch`: block-diagonal adjacency, client-stacked sparse
@@ -20,7 +21,8 @@ differentiates the sum of the clients' losses: every client's gradient is the on
 compute alone. Each client's modules keep views of their stack rows, so the methods'
 per-client hooks (receive, upload, evaluation) read and write the stacks without copies.
 
-Architectures: GCN, SGC (with readout), GAT (one head), GraphSAGE (mean), GIN and bias-free or
+Architectures: GCN (with readout, jumping knowledge or not), SGC (with readout), GAT (one head),
+GraphSAGE (mean), GIN and bias-free or
 biased ``nn.Linear`` (:func:`architecture_of`); any other module keeps the per-client path.
 The grouped path runs with the fast kernels and fast dropout (``train.engine`` ``auto``,
 :func:`grouped_enabled`); ``sequential`` keeps the per-client reference. Results equal the
@@ -66,10 +68,10 @@ def grouped_enabled() -> bool:
 
 def architecture_of(module: nn.Module) -> str | None:
     """The grouped architecture of ``module`` (one of :data:`GROUPED_ARCHS`), or ``None``
-    where it has no grouped forward (JK-GCN, GCN/SGC without readout, MLP, APPNP, ...)."""
+    where it has no grouped forward (GCN/SGC without readout, MLP, APPNP, ...)."""
     if type(module) is nn.Linear:
         return "linear"
-    if type(module) is GCN and module.jk is None and module.readout is not None:
+    if type(module) is GCN and module.readout is not None:
         return "gcn"
     if type(module) is SGC and module.readout is not None:
         return "sgc"
@@ -241,6 +243,7 @@ class GroupedArchitecture:
         self.num_convs = len(template.convs) if hasattr(template, "convs") else 0
         self.hops = getattr(template, "hops", 0)
         self.eps = [float(conv.eps) for conv in template.convs] if self.arch == "gin" else []
+        self.jk = getattr(template, "jk", None)
 
     def forward(self, stacks: list[Tensor], view: GraphView, training: bool) -> tuple[Tensor, Tensor]:
         """``(hidden [N, d], logits [N, C])`` of every client of ``view``'s union with its own
@@ -252,7 +255,7 @@ class GroupedArchitecture:
                 h = view.propagate(h)
             hidden = dropout(F.relu(h + _per_node(p["linear.bias"], view)), self.dropout, training)
         else:
-            hidden = None
+            hidden, outputs = None, []
             for i in range(self.num_convs):
                 layer = {k.split(".", 2)[2]: v for k, v in p.items() if k.startswith(f"convs.{i}.")}
                 if self.arch == "gin":
@@ -260,6 +263,11 @@ class GroupedArchitecture:
                 else:
                     hidden = {"gcn": _gcn, "gat": _gat, "sage": _sage}[self.arch](i, hidden, layer, view)
                 hidden = dropout(F.relu(hidden), self.dropout, training)
+                outputs.append(hidden)
+            if self.jk == "cat":
+                hidden = torch.cat(outputs, dim=-1)
+            elif self.jk == "max":
+                hidden = torch.stack(outputs).amax(dim=0)
         return hidden, _linear(hidden, p["readout.weight"], view, p["readout.bias"])
 
 
@@ -418,13 +426,18 @@ class GroupedRole:
         out = torch.cat(outputs)
         return out if len(outputs) == 1 else out.index_select(0, self._inverse)
 
-    def forward(self, training: bool = True, perturb: tuple[float, float] | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, training: bool = True, perturb: tuple[float, float] | None = None,
+                weights: Callable[[list[int], list[Tensor]], list[Tensor]] | None = None) -> tuple[Tensor, Tensor]:
         """``(hidden [N, d], logits [N, C])`` of every participant's module on its graph (on a
         fresh perturbed view with ``perturb = (edge_drop, feature_mask)``, see
-        :meth:`GraphView.perturbed`), nodes in the participants' union order."""
+        :meth:`GraphView.perturbed`), nodes in the participants' union order. ``weights(ks,
+        stacks)`` gives the parameters a group computes with from its live ``stacks`` (``[m,
+        ...]`` each, the rows of clients ``ks``; default: the stacks themselves), e.g. masked."""
         hidden, logits = [], []
         for part, params in self._live:
             view = part.view if perturb is None else part.view.perturbed(part.edges, *perturb)
+            if weights is not None:
+                params = weights([part.group.members[i] for i in part.rows], params)
             h, z = part.group.arch.forward(params, view, training)
             hidden.append(h)
             logits.append(z)
@@ -440,13 +453,15 @@ class GroupedRole:
         finally:
             self._live = []
 
-    def map(self, h: Tensor) -> Tensor:
-        """Each participant's linear map applied to its rows of ``h [N, in]`` (union order)."""
+    def map(self, h: Tensor, prefix: str = "") -> Tensor:
+        """Each participant's linear map applied to its rows of ``h [N, in]`` (union order):
+        the module itself (a linear role), or its linear submodule ``prefix`` (e.g. a
+        model's head, ``"readout."``)."""
         outputs = []
         for part, params in self._live:
             p = dict(zip((n for n, _ in self.modules[part.group.members[0]].named_parameters()), params))
             rows = h.index_select(0, part.positions) if len(self._live) > 1 else h
-            outputs.append(_linear(rows, p["weight"], part.view, p.get("bias")))
+            outputs.append(_linear(rows, p[f"{prefix}weight"], part.view, p.get(f"{prefix}bias")))
         return self._union(outputs)
 
 

@@ -10,21 +10,28 @@ of each training node's class on that node (zeros elsewhere), propagates these p
 adds the cross-entropy of that prototype prediction and of the ensemble
 ``w z_model + (1 - w) z_prototype`` to the model's cross-entropy (all on training nodes).
 Clients are tested on their own model's prediction (the code's reported ``acc``).
+
+With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
+the models of one architecture as one stacked model, each client's head on its propagated
+prototypes, one step for all, every participant's prototypes from one evaluation pass).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.heterogeneous import linear_head, require_common_head
 from fglrepro.fl.method import FederatedMethod, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import average_prototypes, plain_mean_parts, prototype_upload
+from fglrepro.fl.prototypes import average_prototypes, plain_mean_parts, prototype_upload, union_prototypes
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
 
@@ -81,8 +88,17 @@ def initial_prototype_labels(client: ClientData, prototypes: Tensor, present: Te
     return labels
 
 
+def ppn_loss(logits: Tensor, prototype_logits: Tensor, labels: Tensor, w: float,
+             cross_entropy: Callable[[Tensor, Tensor], Tensor] = F.cross_entropy) -> Tensor:
+    """Cross-entropy of the model's ``logits [n, C]``, of the prototype prediction
+    ``prototype_logits [n, C]`` and of their ensemble ``w * logits + (1 - w) * prototype_logits``;
+    a scalar, or ``[K]`` per client with :meth:`PerClient.cross_entropy` as ``cross_entropy``."""
+    ensemble = w * logits + (1 - w) * prototype_logits
+    return cross_entropy(logits, labels) + cross_entropy(prototype_logits, labels) + cross_entropy(ensemble, labels)
+
+
 @register("fedppn")
-class FedPPN(FederatedMethod):
+class FedPPN(GroupedUpdates, FederatedMethod):
     """Prototype upload, plain per-class mean on the server, prototype propagation and the
     three cross-entropies on the client."""
 
@@ -97,6 +113,10 @@ class FedPPN(FederatedMethod):
             linear_head(state.model)
         #: (``[C, d]`` global prototypes, ``[C]`` present) from the last server step
         self.global_prototypes: tuple[Tensor, Tensor] | None = None
+        #: grouped path: ``(round, participants, [N, d])`` the participants' propagated prototypes
+        self._propagated: tuple[int, tuple[int, ...], Tensor] | None = None
+        #: local prototypes computed on the grouped path for this round's uploads
+        self._computed: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
 
     @classmethod
     def check_protocol(cls, hparams, setup: RunSetup) -> None:
@@ -117,16 +137,35 @@ class FedPPN(FederatedMethod):
 
         def loss() -> Tensor:
             logits = model(client.x, client.adj)[mask]
-            prototype_logits = linear_head(model)(propagated)
-            ensemble = w * logits + (1 - w) * prototype_logits
-            return (F.cross_entropy(logits, labels) + F.cross_entropy(prototype_logits, labels)
-                    + F.cross_entropy(ensemble, labels))
+            return ppn_loss(logits, linear_head(model)(propagated), labels, w)
 
         return loss
 
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        return {"model": [s.model for s in self.states]}
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """:meth:`local_objective` of every participant, ``[m]``: the heads of the prototype
+        term are each client's own (:meth:`GroupedRole.map` of ``readout``)."""
+        mask = union.train_mask
+        labels, clients = union.y[mask], PerClient(union.batch[mask], union.num_clients)
+        model = roles["model"]
+        logits = model.forward()[1][mask]
+        if self.global_prototypes is None:
+            return clients.cross_entropy(logits, labels)
+        key = (round_, tuple(union.clients))
+        if self._propagated is None or self._propagated[:2] != key:
+            self._propagated = (*key, torch.cat([self.propagated_prototypes(k) for k in union.clients]))
+        prototype_logits = model.map(self._propagated[2], "readout.")[mask]
+        return ppn_loss(logits, prototype_logits, labels, self.hparams.private_weight, clients.cross_entropy)
+
+    def grouped_trained(self, ks: list[int], union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> None:
+        """Every participant's local prototypes from one evaluation pass per architecture."""
+        self._computed = union_prototypes(roles["model"].predict(ks)[0], union, self.clients[0].num_classes)
+
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """Local prototypes of the classes with training nodes (evaluation mode), no parameters."""
-        return prototype_upload(self.states[k].model, self.clients[k], loss)
+        return prototype_upload(self.states[k].model, self.clients[k], loss, self._computed.pop(k, None))
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         """Plain per-class mean of the uploaded prototypes (the code's ``_proto_aggregation``)."""

@@ -15,20 +15,25 @@ model by its logits.
 
 Choices the paper leaves open: a client computes its prototypes after its local training with
 the model in evaluation mode (the authors' code collects the embeddings of its training batches).
+
+With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
+the models of one architecture as one stacked model, one step for all, the prototypes of every
+participant from one evaluation pass).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.communication import tensor_bytes
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import average_prototypes, class_prototypes
+from fglrepro.fl.prototypes import average_prototypes, client_prototypes, union_prototypes
 from fglrepro.methods import register
 
 
@@ -40,7 +45,7 @@ class FedProtoHparams:
 
 
 @register("fedproto")
-class FedProto(FederatedMethod):
+class FedProto(GroupedUpdates, FederatedMethod):
     """Prototype exchange; see the module docstring."""
 
     label = "FedProto"
@@ -70,6 +75,8 @@ class FedProto(FederatedMethod):
         #: the server's prototypes ``[C, d]`` and which classes have one ``[C]`` (none yet)
         self.prototypes: Tensor | None = None
         self.present: Tensor | None = None
+        #: local prototypes computed on the grouped path for this round's uploads
+        self._computed: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
 
     def local_objective(self, k: int, round_: int) -> Objective:
         """``CE + lam * MSE(h, p_y)`` on the client's training nodes (CE alone in the first round)."""
@@ -90,16 +97,33 @@ class FedProto(FederatedMethod):
 
         return loss
 
-    @torch.no_grad()
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        return {"model": [s.model for s in self.states]}
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """:meth:`local_objective` of every participant, ``[m]``."""
+        mask = union.train_mask
+        hidden, logits = (t[mask] for t in roles["model"].forward())
+        labels, clients = union.y[mask], PerClient(union.batch[mask], union.num_clients)
+        loss = clients.cross_entropy(logits, labels)
+        if self.prototypes is None:
+            return loss
+        targets = self.prototypes.to(hidden.device)[labels]
+        weights = self.present.to(hidden.device)[labels].to(targets.dtype).unsqueeze(1)
+        return loss + self.hparams.lam * clients.mean((weights * (hidden - targets).pow(2)).sum(1)) / hidden.size(1)
+
+    def grouped_trained(self, ks: list[int], union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> None:
+        """Every participant's local prototypes from one evaluation pass per architecture."""
+        self._computed = union_prototypes(roles["model"].predict(ks)[0], union, self.num_classes)
+
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The client's prototypes of the classes among its training nodes, with their node counts."""
-        model, client = self.states[k].model, self.clients[k]
-        model.eval()
-        hidden = model(client.x, client.adj, return_hidden=True)[0]
-        classes, prototypes, counts = class_prototypes(hidden[client.train_mask], client.y[client.train_mask],
-                                                       self.num_classes)
+        computed = self._computed.pop(k, None)
+        if computed is None:
+            computed = client_prototypes(self.states[k].model, self.clients[k])
+        classes, prototypes, counts = computed
         return Upload(params={}, extras={"classes": classes, "prototypes": prototypes, "counts": counts},
-                      weight=float(client.num_nodes), loss=loss)
+                      weight=float(self.clients[k].num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         parts = [(u.extras["classes"], u.extras["prototypes"], u.extras["counts"]) for u in uploads.values()]

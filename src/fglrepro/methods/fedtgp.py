@@ -19,7 +19,7 @@ per client (:func:`~fglrepro.fl.prototypes.prototype_alignment_loss` with ``clie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +39,7 @@ from fglrepro.fl.prototypes import (
     prototype_upload,
     union_prototypes,
 )
-from fglrepro.fl.training import cross_entropy_loss
+from fglrepro.fl.training import cross_entropy_loss, make_optimizer
 from fglrepro.methods import register
 
 
@@ -48,7 +48,8 @@ class FedTGPHparams:
     """lam: weight of the prototype-alignment term (OpenFGL ``fedtgp_lambda`` 1; HtFLlib
         ``lamda`` 1.0).
     server_epochs, server_lr: full-batch Adam steps per round on the global prototypes and
-        their learning rate (OpenFGL: 10 steps, lr 1e-2, the study's weight decay; HtFLlib
+        their learning rate (OpenFGL: 10 steps, lr 1e-2, the study's weight decay, coupled as
+        torch's Adam couples it, whatever ``train.optimizer`` the clients use; HtFLlib
         trains 100 epochs of SGD on mini-batches of 10 prototypes).
     margin_threshold: cap of the adaptive margin (HtFLlib ``margin_threthold`` 100; OpenFGL
         caps at 100 too).
@@ -105,8 +106,8 @@ class FedTGP(GroupedUpdates, FederatedMethod):
         width = client_prototypes(self.states[0].model, client)[1].size(1)
         self.num_classes = client.num_classes
         self.tgp = TrainableGlobalPrototypes(self.num_classes, width).to(client.x.device)
-        self.optimizer = torch.optim.Adam(self.tgp.parameters(), lr=hparams.server_lr,
-                                          weight_decay=federation.train.weight_decay)
+        server = replace(federation.train, optimizer="adam", lr=hparams.server_lr)
+        self.optimizer = make_optimizer(self.tgp, server)
         #: ``[C, d]`` global prototypes clients align to (None before the first server step)
         self.global_prototypes: Tensor | None = None
         self.margin = hparams.margin_threshold

@@ -17,6 +17,10 @@ count over the global model's (or ``sizes``), so every client trains an importan
 submodel of the deepest GCN with the parameter budget of its assigned architecture. Clients
 are tested on their trained submodel (``evaluation.model: local``) or on the submodel of the
 updated global model (``global``, FIARSE's own evaluation).
+
+With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
+all copies of the global model as one stacked model, each client's rows masked at its own
+threshold, one step for all).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from torch.func import functional_call
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.methods import register
 
@@ -104,7 +110,7 @@ def parameter_count(model: nn.Module) -> int:
 
 
 @register("fiarse")
-class FIARSE(FederatedMethod):
+class FIARSE(GroupedUpdates, FederatedMethod):
     """One global model; client k trains its importance-aware submodel of capacity ``s_k``."""
 
     label = "FIARSE"
@@ -150,6 +156,22 @@ class FIARSE(FederatedMethod):
         submodel.threshold = self.states[k].received.threshold
         self.masks[k] = self.states[k].received.masks()
         self.starts[k] = parameters_of(submodel.model)
+
+    def grouped_roles(self) -> dict[str, list[nn.Module]]:
+        """The submodels' parameters (each client's copy of the global model)."""
+        return {"model": [s.model.model for s in self.states]}
+
+    def masked(self, ks: list[int], stacks: list[Tensor]) -> list[Tensor]:
+        """:class:`MaskedSubmodel`'s ``theta * m(|theta|)`` of client-stacked parameters
+        (``[m, ...]`` each, the rows of clients ``ks``), each row at its client's threshold."""
+        threshold = torch.stack([self.states[k].model.threshold for k in ks])
+        return [p * _ImportanceMask.apply(p.abs(), threshold.view(-1, *[1] * (p.dim() - 1))) for p in stacks]
+
+    def grouped_loss(self, union: ClientBatch, roles: dict[str, GroupedRole], round_: int) -> Tensor:
+        """Each participant's cross-entropy of its submodel on its training nodes, ``[m]``."""
+        mask = union.train_mask
+        logits = roles["model"].forward(weights=self.masked)[1][mask]
+        return PerClient(union.batch[mask], union.num_clients).cross_entropy(logits, union.y[mask])
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The update ``theta_local - theta_start`` on the submodel's entries (values only)."""
