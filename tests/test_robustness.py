@@ -24,7 +24,7 @@ from fglrepro.data.download import fetch_raw, verify_recorded
 from fglrepro.data.graph import load_graph
 from fglrepro.data.registry import get_dataset
 from fglrepro.fl.evaluation import learning_problem
-from fglrepro.io import DamagedFileError, load_yaml
+from fglrepro.io import DamagedFileError, archive_problem, load_yaml
 from fglrepro.partition.data import Partition
 from fglrepro.report.collect import collect
 from fglrepro.validation import read_study
@@ -172,6 +172,37 @@ def test_paths_with_spaces_and_shell_metacharacters_reach_commands_as_one_word(r
     assert train[train.index("--out") + 1].startswith(results + "/runs/tiny/")
     assert train[train.index(">") + 1].startswith(results + "/logs/train/")
     assert not (work / "pwned").exists()
+
+
+def test_archive_problem_finds_truncated_and_corrupted_torch_files(tmp_path):
+    path = tmp_path / "p.pt"
+    torch.save({"x": torch.arange(1000)}, path)
+    assert archive_problem(path) is None
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    assert archive_problem(path) is not None
+    flipped = bytearray(data)
+    start = data.index(b"data/0") + 200  # inside the stored tensor bytes
+    flipped[start] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    assert "CRC" in str(archive_problem(path))
+
+
+@pytest.mark.e2e
+def test_a_damaged_partition_stops_the_dag_before_any_run_json_is_cleared(repo, tmp_path):
+    work = make_workdir(repo, tmp_path, TINY_STUDY)
+    train = next(c for c in printed_commands(work) if c[0] == "fgl-train")
+    partition, run_json = work / train[train.index("--partition") + 1], work / train[train.index("--out") + 1]
+    for path, text in ((partition, "PK\x03\x04 truncated"), (run_json, "{}")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    os.utime(run_json, (time.time() - 60, time.time() - 60))  # older than its partition: stale for Snakemake
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=work, capture_output=True,
+                          text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"damaged file {train[train.index('--partition') + 1]}" in out
+    assert "made by rule partition" in out and "-R" in out
+    assert run_json.read_text() == "{}"
 
 
 @pytest.mark.e2e

@@ -89,6 +89,20 @@ def damaged_message(path: str | Path, rule: str, err: BaseException) -> str:
             f"Rebuild it with: snakemake --cores all -R '{path}'")
 
 
+def archive_problem(path: str | Path) -> Exception | None:
+    """Why the torch file ``path`` (a zip archive, as ``torch.save`` writes it) is damaged, checked
+    without torch: not a readable archive (truncated) or a member whose CRC-32 does not match;
+    ``None`` when intact."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return err
+    return None if bad is None else zipfile.BadZipFile(f"member {bad} fails its CRC-32 check")
+
+
 def load_torch(path: str | Path, rule: str) -> Any:
     """``torch.load(path, weights_only=True)`` raising :class:`DamagedFileError` (naming ``path`` and the
     producing ``rule``) for a truncated or corrupted file; a missing file stays ``FileNotFoundError``."""

@@ -14,7 +14,7 @@ from snakemake.exceptions import WorkflowError
 
 from fglrepro.data.registry import DATASETS
 from fglrepro.grid import point_entry, run_ids, split_run_id
-from fglrepro.io import read_yaml
+from fglrepro.io import archive_problem, damaged_message, read_yaml
 from fglrepro.methods import METHOD_MODULES
 from fglrepro.report.figure_kinds import FIGURE_INPUTS
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
@@ -183,6 +183,24 @@ wildcard_constraints:
 
 RUN_PATH = in_results("runs/{study}/{run}/{dataset}/{scheme}/k{clients}/seed{seed}.json")
 PARTITION_PATH = in_results("partitions/{dataset}/{scheme}/k{clients}/seed{seed}.pt")
+
+
+@functools.cache
+def _damaged(path):
+    """Why the existing torch file ``path`` is damaged (None: intact or not there yet), once per workflow."""
+    return archive_problem(path) if os.path.isfile(path) else None
+
+
+def intact_partition(wildcards):
+    """The run's partition file. A damaged one (truncated, a bad CRC) stops the workflow while the DAG
+    is built, naming it and the command that rebuilds it, before Snakemake would clear the run JSONs
+    that read it (its newer mtime makes them look stale) for jobs bound to fail."""
+    path = PARTITION_PATH.format(dataset=wildcards.dataset, scheme=wildcards.scheme, clients=wildcards.clients,
+                                 seed=wildcards.seed)
+    problem = _damaged(path)
+    if problem:
+        raise WorkflowError(damaged_message(path, "partition", problem))
+    return path
 STATS_PATH = in_results("partitions/{dataset}/{scheme}/k{clients}/seed{seed}.stats.json")
 
 

@@ -4,7 +4,7 @@
 rule train:
     input:
         data=prepared_graph,
-        partition=PARTITION_PATH,
+        partition=intact_partition,
     output:
         RUN_PATH,
     params:
