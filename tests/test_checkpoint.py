@@ -153,7 +153,7 @@ def test_the_cli_resumes_a_stopped_run_and_writes_the_uninterrupted_json(cli_inp
 
 #: hparams and round count a method needs to build on a 2-round (O-pFGL: one-shot) schedule
 NEEDS = {"adafgl": ({"fedavg_rounds": 1}, 2), "fedsage_plus": ({"generator_rounds": 1}, 2), "opfgl": (None, 1),
-         "fedgm": ({"outer_epochs": 5, "server_steps": 5}, 1)}
+         "fedgm": ({"outer_epochs": 5, "server_steps": 5}, 1), "ghost": (None, 1)}
 MODELS = (None, ModelConfig(hidden=16, readout=True), ZOO)
 
 

@@ -405,6 +405,9 @@ def test_workflow_checks_the_claims_of_the_studies_in_the_run(repo, tmp_path):
     (work / "results" / "metrics").mkdir(parents=True)
     means = {"FedProx": {("Cora", 3): 71.0}, "FedAvg": {("Cora", 3): 70.0}}
     make_metrics(means, seeds=(0, 1), study="tiny").to_csv(work / "results" / "metrics" / "tiny.csv", index=False)
+    stats = work / "results" / "tables" / "tiny.partition_stats.csv"
+    stats.parent.mkdir(parents=True)
+    stats.write_text("dataset,partitioner,clients,stat,reported,reproduced\nCora,louvain,3,nodes,,902.7\n")
     proc = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/claims.csv", "snapshot", "--cores", "1",
                            "--allowed-rules", "claims", "snapshot"], cwd=work, capture_output=True, text=True,
                           timeout=120)
@@ -418,3 +421,4 @@ def test_workflow_checks_the_claims_of_the_studies_in_the_run(repo, tmp_path):
     runs = pd.read_csv(snapshot / "runs.csv")
     assert runs["target"].iloc[0] == "results/runs/tiny/fedprox/Cora/louvain_x/k3/seed0.json"
     assert {"tiny.md", "tiny.comparison.md", "README.md"} <= {p.name for p in snapshot.iterdir()}
+    assert (snapshot / stats.name).read_text() == stats.read_text()
