@@ -175,3 +175,21 @@ def test_every_method_can_be_checkpointed_after_a_round(sbm, tmp_path, name):
     checkpoint.maybe_save(LoopState(1, method, evaluate_each, None, None, {}))
     assert checkpoint.enabled and checkpoint.saved_round == 1
     assert type(torch.load(checkpoint.path, weights_only=False)["state"].method) is type(method)
+
+
+def test_a_stop_signal_is_not_swallowed_by_library_code_catching_exception():
+    """PyG imports its optional packages inside ``except Exception``, just after the start line: a Ctrl-C
+    landing there must still stop the run (it ran on for 100,000 rounds when Stopped was an Exception)."""
+    from fglrepro.cli.train import Stopped, raise_on_stop_signals
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    raise_on_stop_signals()
+    try:
+        with pytest.raises(Stopped):
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except Exception:  # noqa: BLE001 - what the library does
+                pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

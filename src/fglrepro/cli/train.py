@@ -59,8 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class Stopped(Exception):
-    """SIGTERM or SIGINT reached the training process; ``signum`` is the signal."""
+class Stopped(BaseException):
+    """SIGTERM or SIGINT reached the training process; ``signum`` is the signal. A ``BaseException``
+    (as ``KeyboardInterrupt``), so that library code's ``except Exception`` cannot swallow a stop: PyG's
+    import of optional packages runs in one, just after the start line."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -50,8 +50,8 @@ class DecoupledGCN(nn.Module):
     r"""FedStar's decoupled structure / feature GNN on GCN layers.
 
     .. math:: s_0 = W_s e, \quad s_l = \tanh(\mathrm{GCN}^s_l(s_{l-1})), \quad
-        h_l = \mathrm{dropout}(\mathrm{ReLU}(\mathrm{GCN}_l([h_{l-1} \| s_{l-1}]))), \quad
-        \mathrm{logits} = \mathrm{READOUT}([h_L \| s_L]),
+        h_l = \mathrm{dropout}(\mathrm{ReLU}(\mathrm{GCN}_l([h_{l-1} | s_{l-1}]))), \quad
+        \mathrm{logits} = \mathrm{READOUT}([h_L | s_L]),
 
     with ``h_0 = x``. Input ``[n, F + S]``: node features with the structure encoding ``e``
     in the last ``S`` columns. Parameters of the structure channel end in ``_s``
@@ -72,9 +72,9 @@ class DecoupledGCN(nn.Module):
         """``x [n, F + S]``, ``adj [n, n]`` -> logits ``[n, C]`` (and ``[h_L || s_L]``, ``[n, 2 hidden]``).
 
         With the fast kernels on (:func:`~fglrepro.models.set_fast_kernels`) the first feature
-        convolution splits its weight ``W = [W_x \| W_s]`` by input columns:
-        ``[x \| s_0] W^T = x W_x^T + s_0 W_s^T``, the first product sparse on bag-of-words
-        features (read from the whole input ``[x \| e]`` with zero weights on ``e``, so that
+        convolution splits its weight ``W = [W_x | W_s]`` by input columns:
+        ``[x | s_0] W^T = x W_x^T + s_0 W_s^T``, the first product sparse on bag-of-words
+        features (read from the whole input ``[x | e]`` with zero weights on ``e``, so that
         the input's sparse form is built once per client); equal up to float rounding."""
         h, s = x[:, :-self.structure_dim], self.embedding_s(x[:, -self.structure_dim:])
         for i, (conv, conv_s) in enumerate(zip(self.convs, self.convs_s)):
@@ -90,8 +90,8 @@ class DecoupledGCN(nn.Module):
 
 
 def first_convolution(conv: GCNLayer, x: Tensor, s: Tensor, adj: Tensor) -> Tensor:
-    """``conv([x[:, :F] \| s], adj)`` for ``x [n, F + S]`` (features, then the structure
-    encoding) and ``s [n, H]``: ``Â (x [W_x \| 0]^T + s W_s^T) + b``, the first product a
+    """``conv([x[:, :F] | s], adj)`` for ``x [n, F + S]`` (features, then the structure
+    encoding) and ``s [n, H]``: ``Â (x [W_x | 0]^T + s W_s^T) + b``, the first product a
     :func:`~fglrepro.models.feature_linear` of the whole ``x`` (sparse where it is)."""
     num_features, weight = conv.in_channels - s.size(1), conv.lin.weight
     padded = torch.cat([weight[:, :num_features], weight.new_zeros(weight.size(0), x.size(1) - num_features)], dim=1)
