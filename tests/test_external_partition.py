@@ -64,7 +64,8 @@ def _set(document, client, key, value):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda d: _set(d, 1, "nodes", list(range(20, 39)) + [40, 41]), r"client 1 'nodes' has ids outside \[0, 40\): \[40, 41\]"),
+    (lambda d: _set(d, 1, "nodes", list(range(20, 39)) + [40, 41]),
+     r"client 1 'nodes' has ids outside \[0, 40\): \[40, 41\]"),
     (lambda d: _set(d, 1, "nodes", list(range(18, 40))), r"client 1 shares nodes with client\(s\) \[0\]: \[18, 19\]"),
     (lambda d: _set(d, 0, "nodes", []), r"client 0 has no nodes"),
     (lambda d: _set(d, 0, "nodes", list(range(20)) + [3]), r"client 0 'nodes' lists ids more than once: \[3\]"),
@@ -105,7 +106,8 @@ def test_file_split_mode_is_only_for_the_external_partitioner_and_takes_no_fract
         PartitionSpec("external", "file", 0.2, 0.4, {"path": "x.json"})
     with pytest.raises(ConfigError, match=r"mode 'stratified' needs train and val"):
         PartitionSpec("external", "stratified", None, None, {"path": "x.json"})
-    read = PartitionSpec.from_dict({"partitioner": "external", "options": {"path": "x.json"}, "split": {"mode": "file"}})
+    read = PartitionSpec.from_dict({"partitioner": "external", "options": {"path": "x.json"},
+                                    "split": {"mode": "file"}})
     assert (read.split, read.train, read.val) == ("file", None, None)
 
 

@@ -16,8 +16,14 @@ from fglrepro import models, sparse
 from fglrepro.config import EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.loop import run_federation
-from fglrepro.models import (build_model, fast_kernels, feature_linear, propagated, share_sparsity,
-                             sparse_rows)
+from fglrepro.models import (
+    build_model,
+    fast_kernels,
+    feature_linear,
+    propagated,
+    share_sparsity,
+    sparse_rows,
+)
 
 #: Every architecture of the zoo, with and without readout where it has one.
 ZOO = [

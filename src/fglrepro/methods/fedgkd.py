@@ -21,7 +21,11 @@ from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized
 from fglrepro.fl.communication import module_bytes, tensor_bytes
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
 from fglrepro.fl.graph_distillation import (
-    DistilledGraph, DistillSettings, broadcast_graph, distill_graph, distill_graphs,
+    DistilledGraph,
+    DistillSettings,
+    broadcast_graph,
+    distill_graph,
+    distill_graphs,
 )
 from fglrepro.fl.losses import proximal_term, stacked_proximal_term
 from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, Upload
