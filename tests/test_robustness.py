@@ -254,6 +254,12 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def as_in_a_terminal() -> None:
+    """SIGINT as a terminal's foreground job has it: a test suite started in the background (``cmd &``,
+    nohup, some CI runners) passes SIGINT on ignored, and Snakemake would never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_a_long_training_job(repo, tmp_path) -> tuple[Path, subprocess.Popen, Path]:
     """A tiny study with one run of 100,000 rounds: ``(workdir, snakemake in a session of its own,
     the training log)``, returned once the training job has started."""
@@ -262,7 +268,8 @@ def start_a_long_training_job(repo, tmp_path) -> tuple[Path, subprocess.Popen, P
     work = make_workdir(repo, tmp_path, study)
     with open(tmp_path / "snakemake.err", "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=work,
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+                                start_new_session=True, preexec_fn=as_in_a_terminal, stdout=subprocess.DEVNULL,
+                                stderr=err)
     logs = work / "results" / "logs" / "train"
     wait_for(lambda: any("start:" in p.read_text() for p in logs.rglob("*.log")), 600, "the training job")
     (log,) = logs.rglob("*.log")
