@@ -21,11 +21,7 @@ from fglrepro.fl.loop import run_federation
 from fglrepro.fl.task_relator import aggregation_weights, relator_weights
 from fglrepro.methods import adafgl, fedgkc, fedstar, fedtad, fgssl, fiarse, moon, opfgl
 from fglrepro.metrics import macro_f1
-from fglrepro.partition.partitioners import (
-    PARTITIONERS,
-    get_partitioner,
-    louvain_membership,
-)
+from fglrepro.partition.partitioners import PARTITIONERS, get_partitioner, louvain_membership
 
 #: FedGKC distils hidden embeddings: its model needs a readout layer.
 READOUT = ModelConfig(hidden=16, readout=True)

@@ -7,27 +7,14 @@ import copy
 import numpy as np
 import pytest
 import torch
-from helpers import (
-    SPEC,
-    all_clients,
-    assert_refused,
-    client_models,
-    make_method,
-    method_problems,
-)
+from helpers import SPEC, all_clients, assert_refused, client_models, make_method, method_problems
 from sklearn.metrics import accuracy_score, f1_score
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, from_dict
 from fglrepro.fl.aggregation import personalized_average, weighted_average
 from fglrepro.fl.clients import build_clients
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.training import (
-    Diverged,
-    cross_entropy_loss,
-    evaluate,
-    make_optimizer,
-    train_steps,
-)
+from fglrepro.fl.training import Diverged, cross_entropy_loss, evaluate, make_optimizer, train_steps
 from fglrepro.methods import METHOD_MODULES, get_method, resolve_method
 from fglrepro.metrics import accuracy, macro_f1
 from fglrepro.models import build_model

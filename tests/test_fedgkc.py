@@ -8,15 +8,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import (
-    all_clients,
-    assert_refused,
-    hand_client,
-    make_method,
-    method_problems,
-    one_round,
-    train_config,
-)
+from helpers import all_clients, assert_refused, hand_client, make_method, method_problems, one_round, train_config
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average

@@ -6,15 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import (
-    all_clients,
-    assert_refused,
-    client_models,
-    hand_client,
-    make_method,
-    method_problems,
-    one_round,
-)
+from helpers import all_clients, assert_refused, client_models, hand_client, make_method, method_problems, one_round
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl import prototypes as proto
@@ -22,16 +14,7 @@ from fglrepro.fl.augment import perturbed_view
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import module_bytes, tensor_bytes
 from fglrepro.fl.loop import run_federation
-from fglrepro.methods import (
-    adafgl,
-    fedkd,
-    fedppn,
-    fedtgp,
-    fgssl,
-    fiarse,
-    fml,
-    lg_fedavg,
-)
+from fglrepro.methods import adafgl, fedkd, fedppn, fedtgp, fgssl, fiarse, fml, lg_fedavg
 
 #: Heterogeneous zoo of the tests: GCNs of different depths with one 16-wide linear head.
 ZOO = ModelConfig(hidden=16, readout=True, dropout=0.0, clients=[{"layers": 1}, {"layers": 2}, {"layers": 3}])

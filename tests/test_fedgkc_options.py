@@ -13,12 +13,7 @@ from fglrepro.config import ConfigError, ModelConfig
 from fglrepro.fl import grouped
 from fglrepro.fl.augment import perturbed_view
 from fglrepro.fl.losses import kl_divergence
-from fglrepro.methods.fedgkc import (
-    FedGKCHparams,
-    mutual_losses,
-    self_distillation_loss,
-    self_distillation_terms,
-)
+from fglrepro.methods.fedgkc import FedGKCHparams, mutual_losses, self_distillation_loss, self_distillation_terms
 
 
 def test_mutual_kl_over_all_nodes_or_training_nodes():

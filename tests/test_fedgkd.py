@@ -5,14 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import (
-    all_clients,
-    assert_refused,
-    client_models,
-    make_method,
-    method_problems,
-    one_round,
-)
+from helpers import all_clients, assert_refused, client_models, make_method, method_problems, one_round
 from test_engine import federation
 
 import fglrepro.fl.graph_distillation as distillation
@@ -22,12 +15,7 @@ from fglrepro.fl.aggregation import parameters_of
 from fglrepro.fl.graph_distillation import sample_edges
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.method import Upload
-from fglrepro.fl.task_relator import (
-    aggregation_weights,
-    kernel_matrix,
-    pearson_relatedness,
-    relator_weights,
-)
+from fglrepro.fl.task_relator import aggregation_weights, kernel_matrix, pearson_relatedness, relator_weights
 from fglrepro.fl.topology import degree_one_hot, structure_encoding
 from fglrepro.methods import build_method, get_method, resolve_method
 from fglrepro.methods.fedavg import FedAvg

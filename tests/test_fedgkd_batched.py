@@ -8,13 +8,7 @@ import torch
 from test_engine import federation
 
 from fglrepro.fl.engine import StackedGCN
-from fglrepro.fl.graph_distillation import (
-    DistillSettings,
-    _Gram,
-    broadcast_graph,
-    distill_graph,
-    distill_graphs,
-)
+from fglrepro.fl.graph_distillation import DistillSettings, _Gram, broadcast_graph, distill_graph, distill_graphs
 from fglrepro.methods import build_method, resolve_method
 from fglrepro.models import GCN
 

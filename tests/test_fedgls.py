@@ -9,13 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import make_sbm
-from helpers import (
-    assert_refused,
-    make_method,
-    method_problems,
-    one_round,
-    same_parameters,
-)
+from helpers import assert_refused, make_method, method_problems, one_round, same_parameters
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.graph_learning import (

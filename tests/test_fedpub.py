@@ -7,25 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import (
-    all_clients,
-    assert_refused,
-    client_models,
-    make_method,
-    method_problems,
-    received_models,
-)
+from helpers import all_clients, assert_refused, client_models, make_method, method_problems, received_models
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.aggregation import parameters_of, weighted_average
 from fglrepro.fl.loop import run_federation
 from fglrepro.methods import get_method
-from fglrepro.methods.fedpub import (
-    FedPubHparams,
-    MaskedLinear,
-    personalized_weights,
-    proxy_graph,
-)
+from fglrepro.methods.fedpub import FedPubHparams, MaskedLinear, personalized_weights, proxy_graph
 
 
 def test_identical_embeddings_reduce_to_fedavg_weights():

@@ -9,12 +9,7 @@ from helpers import all_clients, make_method
 
 from fglrepro.config import ModelConfig
 from fglrepro.fl.clients import normalized_adjacency
-from fglrepro.fl.generator import (
-    Teachers,
-    knn_pseudo_graph,
-    noise_diversity_loss,
-    uploaded_teachers,
-)
+from fglrepro.fl.generator import Teachers, knn_pseudo_graph, noise_diversity_loss, uploaded_teachers
 from fglrepro.models import GCN
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}

@@ -8,14 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import (
-    assert_refused,
-    client_models,
-    make_method,
-    method_problems,
-    one_round,
-    same_parameters,
-)
+from helpers import assert_refused, client_models, make_method, method_problems, one_round, same_parameters
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.aggregation import parameters_of

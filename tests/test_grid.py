@@ -8,13 +8,7 @@ import json
 import pytest
 from test_validation import check, make_study, only
 
-from fglrepro.grid import (
-    grid_points,
-    point_entry,
-    run_ids,
-    select_grid_points,
-    split_run_id,
-)
+from fglrepro.grid import grid_points, point_entry, run_ids, select_grid_points, split_run_id
 from fglrepro.report.collect import collect
 
 GRID = {"local_epochs": [1, 3], "tau_s": [3.0, 9.0]}

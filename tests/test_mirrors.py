@@ -20,12 +20,7 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from fglrepro.cli import data as data_cli
 from fglrepro.config import ConfigError
-from fglrepro.data.download import (
-    PINNED_SUMS,
-    fetch_raw,
-    mirror_arguments,
-    pinned_checksums,
-)
+from fglrepro.data.download import PINNED_SUMS, fetch_raw, mirror_arguments, pinned_checksums
 from fglrepro.data.graph import load_graph
 from fglrepro.data.registry import get_dataset, load_with_loader
 

@@ -7,13 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import (
-    assert_refused,
-    client_models,
-    hand_client,
-    make_method,
-    method_problems,
-)
+from helpers import assert_refused, client_models, hand_client, make_method, method_problems
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.class_statistics import (

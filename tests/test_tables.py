@@ -5,13 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fglrepro.report.tables import (
-    cell_summary,
-    comparison,
-    comparison_grid_markdown,
-    side_by_side,
-    to_markdown,
-)
+from fglrepro.report.tables import cell_summary, comparison, comparison_grid_markdown, side_by_side, to_markdown
 
 META = {"rows": ["B", "A"], "columns": [["Cora", 10], ["CiteSeer", 10]], "decimals": 1,
         "paper": "P", "table": "Table 1"}
@@ -81,11 +75,7 @@ def test_one_seed_prints_the_bare_mean_and_no_zero_std():
 
 
 def test_a_cell_with_a_run_that_did_not_learn_is_marked_with_a_legend():
-    from fglrepro.report.tables import (
-        NOT_LEARNING_MARK,
-        comparison_texts,
-        study_table_texts,
-    )
+    from fglrepro.report.tables import NOT_LEARNING_MARK, comparison_texts, study_table_texts
 
     rows = [{"label": label, "dataset": "Cora", "clients": 10, "seed": s, "status": "ok", "test_acc": 70.0 + s,
              "test_f1_macro": 40.0, "learning": "not learning: loss grew" if (label, s) == ("A", 1) else None}

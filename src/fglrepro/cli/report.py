@@ -130,12 +130,7 @@ def partition_report(args, meta: dict) -> None:
     import pandas as pd
 
     from fglrepro.io import atomic_write_text
-    from fglrepro.report.partitions import (
-        compare_stats,
-        label_heatmap,
-        reproduced_stats,
-        stats_markdown,
-    )
+    from fglrepro.report.partitions import compare_stats, label_heatmap, reproduced_stats, stats_markdown
 
     partitions = meta["partitions"]
     if len(partitions) != len(args.stats):
@@ -185,12 +180,7 @@ def claims_report(args) -> None:
 def snapshot(args) -> None:
     import pandas as pd
 
-    from fglrepro.report.snapshot import (
-        add_partition_stats,
-        load_claims,
-        rerender,
-        write_snapshot,
-    )
+    from fglrepro.report.snapshot import add_partition_stats, load_claims, rerender, write_snapshot
 
     claims = load_claims(args.claims) if args.claims else []
     add_partition_stats(args.partition_stats, args.out)

@@ -163,14 +163,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
     import torch
 
     import fglrepro
-    from fglrepro.config import (
-        ConfigError,
-        EvalConfig,
-        ModelConfig,
-        TrainConfig,
-        as_dict,
-        from_dict,
-    )
+    from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, as_dict, from_dict
     from fglrepro.data.graph import load_graph
     from fglrepro.fl.clients import build_clients
     from fglrepro.fl.evaluation import EvaluateEach, learning_problem

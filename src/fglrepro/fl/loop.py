@@ -11,12 +11,7 @@ from typing import Callable
 import numpy as np
 
 from fglrepro.config import EvalConfig
-from fglrepro.fl.checkpoint import (
-    Checkpoint,
-    LoopState,
-    random_states,
-    set_random_states,
-)
+from fglrepro.fl.checkpoint import Checkpoint, LoopState, random_states, set_random_states
 from fglrepro.fl.evaluation import Evaluator, evaluate_each
 from fglrepro.fl.method import FederatedMethod
 from fglrepro.fl.training import Diverged

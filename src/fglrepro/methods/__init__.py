@@ -12,13 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from fglrepro.config import ConfigError, from_dict
-from fglrepro.fl.method import (
-    Capabilities,
-    FederatedMethod,
-    Federation,
-    RunSetup,
-    check_capabilities,
-)
+from fglrepro.fl.method import Capabilities, FederatedMethod, Federation, RunSetup, check_capabilities
 
 #: Method name -> module under fglrepro.methods (one module per method).
 METHOD_MODULES: dict[str, str] = {

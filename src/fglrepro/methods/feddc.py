@@ -15,13 +15,7 @@ from fglrepro.fl.control_variates import (
 )
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
 from fglrepro.fl.losses import proximal_term, stacked_proximal_term
-from fglrepro.fl.method import (
-    ExtraLoss,
-    Federation,
-    ParameterAveraging,
-    RunSetup,
-    Upload,
-)
+from fglrepro.fl.method import ExtraLoss, Federation, ParameterAveraging, RunSetup, Upload
 from fglrepro.methods import register
 
 

@@ -50,13 +50,7 @@ from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_ave
 from fglrepro.fl.augment import perturbed_view
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.engine import ClientBatch
-from fglrepro.fl.grouped import (
-    WHOLE_GRAPH,
-    GroupedRole,
-    GroupedUpdates,
-    PerClient,
-    WholeGraph,
-)
+from fglrepro.fl.grouped import WHOLE_GRAPH, GroupedRole, GroupedUpdates, PerClient, WholeGraph
 from fglrepro.fl.losses import neighbourhood_kl
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
 from fglrepro.methods import register

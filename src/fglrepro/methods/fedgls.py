@@ -43,22 +43,11 @@ from torch import Tensor, nn
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of
 from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.engine import (
-    ClientBatch,
-    StackedGCN,
-    StackedOptimizer,
-    VectorisedEngine,
-    block_diagonal,
-)
+from fglrepro.fl.engine import ClientBatch, StackedGCN, StackedOptimizer, VectorisedEngine, block_diagonal
 from fglrepro.fl.graph_learning import GraphLearner, graphless_contrastive_loss
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Federation, ParameterAveraging, RunSetup, Upload
-from fglrepro.fl.training import (
-    check_finite,
-    cross_entropy_loss,
-    make_optimizer,
-    train_steps,
-)
+from fglrepro.fl.training import check_finite, cross_entropy_loss, make_optimizer, train_steps
 from fglrepro.methods import register
 from fglrepro.models import GCN, MLP
 

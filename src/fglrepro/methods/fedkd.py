@@ -34,13 +34,7 @@ from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_ave
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.engine import ClientBatch
-from fglrepro.fl.grouped import (
-    WHOLE_GRAPH,
-    GroupedRole,
-    GroupedUpdates,
-    PerClient,
-    WholeGraph,
-)
+from fglrepro.fl.grouped import WHOLE_GRAPH, GroupedRole, GroupedUpdates, PerClient, WholeGraph
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, Upload
 from fglrepro.methods import register
 

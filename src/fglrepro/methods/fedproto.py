@@ -33,11 +33,7 @@ from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.engine import ClientBatch
 from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import (
-    average_prototypes,
-    client_prototypes,
-    union_prototypes,
-)
+from fglrepro.fl.prototypes import average_prototypes, client_prototypes, union_prototypes
 from fglrepro.methods import register
 
 

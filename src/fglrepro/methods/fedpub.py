@@ -25,12 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
-from fglrepro.fl.aggregation import (
-    load_parameters,
-    parameters_of,
-    personalized_average,
-    weighted_average,
-)
+from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average, weighted_average
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import StackedGCN, StackedOptimizer, train_rows

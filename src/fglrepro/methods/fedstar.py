@@ -30,14 +30,7 @@ from fglrepro.fl.method import Federation, RunSetup
 from fglrepro.fl.partial import PartialAveraging
 from fglrepro.fl.topology import structure_encoding
 from fglrepro.methods import register
-from fglrepro.models import (
-    GCN,
-    GCNLayer,
-    dropout,
-    fast_kernels_enabled,
-    feature_linear,
-    propagate_once,
-)
+from fglrepro.models import GCN, GCNLayer, dropout, fast_kernels_enabled, feature_linear, propagate_once
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,7 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import ClientBatch
-from fglrepro.fl.grouped import (
-    WHOLE_GRAPH,
-    GroupedRole,
-    GroupedUpdates,
-    PerClient,
-    WholeGraph,
-)
+from fglrepro.fl.grouped import WHOLE_GRAPH, GroupedRole, GroupedUpdates, PerClient, WholeGraph
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, Upload
 from fglrepro.methods import register
 

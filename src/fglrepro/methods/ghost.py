@@ -85,12 +85,7 @@ from torch import Tensor, nn
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.generator import (
-    ConditionalGenerator,
-    balanced_labels,
-    knn_pseudo_graph,
-    seeded_generator,
-)
+from fglrepro.fl.generator import ConditionalGenerator, balanced_labels, knn_pseudo_graph, seeded_generator
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import check_finite, make_optimizer
 from fglrepro.methods import register

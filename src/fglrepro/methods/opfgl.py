@@ -47,12 +47,7 @@ from fglrepro.fl.surrogate_graph import (
     dense_normalized_adjacency,
     generate_surrogate_graph,
 )
-from fglrepro.fl.training import (
-    check_finite,
-    make_optimizer,
-    train_best_validation,
-    train_steps,
-)
+from fglrepro.fl.training import check_finite, make_optimizer, train_best_validation, train_steps
 from fglrepro.methods import register
 from fglrepro.models import GCN
 

@@ -15,13 +15,7 @@ from fglrepro.fl.control_variates import (
     stacked_linear_correction,
 )
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
-from fglrepro.fl.method import (
-    ExtraLoss,
-    Federation,
-    ParameterAveraging,
-    RunSetup,
-    Upload,
-)
+from fglrepro.fl.method import ExtraLoss, Federation, ParameterAveraging, RunSetup, Upload
 from fglrepro.methods import register
 
 

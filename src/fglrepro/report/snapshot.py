@@ -89,12 +89,7 @@ def render(runs: pd.DataFrame, metas: Mapping[str, dict], claims: list[dict], pa
     {csv,md}`` (studies with reported values in ``paper_dir``), ``claims.{csv,md}``, ``claims_cells.csv``
     and ``README.md``."""
     from fglrepro.report.claims import claims_markdown, evaluate, read_reported
-    from fglrepro.report.tables import (
-        cell_summary,
-        comparison,
-        comparison_texts,
-        study_table_texts,
-    )
+    from fglrepro.report.tables import cell_summary, comparison, comparison_texts, study_table_texts
 
     files, summaries = {}, {}
     for study, meta in metas.items():
