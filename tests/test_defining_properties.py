@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import hand_client, make_method, one_round
+from helpers import all_clients, hand_client, make_method, one_round
 
 from fglrepro.config import EvalConfig, ModelConfig
 from fglrepro.fl.aggregation import parameters_of
@@ -407,6 +407,67 @@ def test_fiarse_submodel_zeroes_parameters_below_the_threshold():
     out = fiarse.MaskedSubmodel(model, torch.tensor(0.9))(x, None)
     # kept: -2.0, 3.0, 1.0 and the bias -1.5
     assert out[0].tolist() == pytest.approx([-2.0, 3.0 + 1.0 - 1.5])
+
+
+def test_fiarse_evaluation_mask_without_autograd_gives_the_training_outputs():
+    torch.manual_seed(0)
+    model = Affine()
+    threshold = fiarse.importance_threshold(list(model.parameters()), 0.5)
+    submodel = fiarse.MaskedSubmodel(model, threshold)
+    x = torch.randn(5, 3)
+    trained = submodel(x, None)
+    with torch.no_grad():
+        evaluated = submodel(x, None)
+    assert torch.equal(evaluated, trained.detach())
+    assert not torch.equal(evaluated, model(x, None).detach())
+
+
+def test_fiarse_thresholds_of_all_sizes_are_the_topk_ranks_of_the_magnitudes():
+    """One partial sort for every capacity gives each size's ``torch.topk`` threshold."""
+    torch.manual_seed(0)
+    params = [torch.randn(30, 7), torch.zeros(5), torch.randn(11).round()]  # ties: zeros, whole numbers
+    magnitude = torch.cat([p.abs().flatten() for p in params])
+    sizes = [1.0, 0.5, 0.26, 1 / 3, 0.001, 0.999]
+    expected = [torch.topk(magnitude, max(1, int(magnitude.numel() * s))).values[-1] for s in sizes]
+    assert fiarse.importance_thresholds(params, sizes).tolist() == torch.stack(expected).tolist()
+
+
+def reference_fiarse_server_update(method, uploads, masks):
+    """FIARSE's server step entry by entry with boolean masks (the formula of its docstring)."""
+    with torch.no_grad():
+        for name, p in method.global_model.named_parameters():
+            total, weight = torch.zeros_like(p), torch.zeros_like(p)
+            for k, upload in uploads.items():
+                held = masks[k][name]
+                total[held] += upload.weight * upload.params[name]
+                weight[held] += upload.weight
+            covered = weight > 0
+            p[covered] += method.hparams.server_lr * total[covered] / weight[covered]
+
+
+def test_fiarse_flat_uploads_and_aggregation_give_the_per_entry_server_step(sbm):
+    """Uploads are each submodel's update on its own entries; the flat server step equals the
+    entry-by-entry formula exactly; download bytes count the received submodel's entries."""
+    scales = ModelConfig(hidden=16, dropout=0.0, clients=[{"arch": "sgc", "hops": 2}, {"layers": 2}, {"layers": 3}])
+    method = make_method(sbm, "fiarse", model=scales, num_clients=5, optimizer="adam")
+    start = {n: p.detach().clone() for n, p in method.global_model.named_parameters()}
+    uploads = all_clients(method, 1)
+    masks = {k: {n: p.abs() >= method.states[k].model.threshold for n, p in start.items()} for k in uploads}
+    assert len({float(method.states[k].model.threshold) for k in uploads}) == 3
+    for k, upload in uploads.items():
+        trained = dict(method.states[k].model.model.named_parameters())
+        for name, values in upload.params.items():
+            assert torch.equal(values, (trained[name] - start[name])[masks[k][name]])
+        assert upload.num_bytes == 4 * sum(int(m.sum()) for m in masks[k].values())
+    reference = make_method(sbm, "fiarse", model=scales, num_clients=5, optimizer="adam")
+    reference_fiarse_server_update(reference, uploads, masks)
+    method.server_update(1, uploads)
+    for p, q in zip(method.global_model.parameters(), reference.global_model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    received = [{n: p.abs() >= method.states[k].received.threshold for n, p in method.global_model.named_parameters()}
+                for k in uploads]
+    assert [method.download_bytes(k) for k in uploads] == [4 * sum(int(m.sum()) for m in r.values())
+                                                           for r in received]
 
 
 # ---- MOON: the contrastive term pulls towards the global model, away from the previous local one ---

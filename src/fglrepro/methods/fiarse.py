@@ -20,7 +20,8 @@ updated global model (``global``, FIARSE's own evaluation).
 
 With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
 all copies of the global model as one stacked model, each client's rows masked at its own
-threshold, one step for all).
+threshold, one step for all). The server ranks the global model's magnitudes once per round for
+all capacities and handles every model as one flat vector of its ``P`` entries (parameter order).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
 from fglrepro.config import ConfigError
-from fglrepro.fl.aggregation import load_parameters, parameters_of
+from fglrepro.fl.aggregation import load_parameters
 from fglrepro.fl.engine import ClientBatch
 from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
@@ -79,11 +81,41 @@ class _ImportanceMask(torch.autograd.Function):
         return grad * slope * kept, None
 
 
+def _flat(params: list[Tensor]) -> Tensor:
+    """``[P]``: the entries of ``params`` one after another (a detached copy)."""
+    return torch.cat([p.detach().flatten() for p in params])
+
+
+def importance_thresholds(params: list[Tensor], sizes: list[float]) -> Tensor:
+    """``[len(sizes)]``: for each ``size`` the ``max(1, floor(size * P))``-th largest magnitude
+    of all ``params`` (P entries), from one partial sort for all sizes."""
+    magnitude = _flat(params).abs()
+    total = magnitude.numel()
+    ranks = [total - max(1, int(total * size)) for size in sizes]  # positions in ascending order
+    ordered = np.partition(magnitude.cpu().numpy(), sorted(set(ranks)))
+    return torch.from_numpy(ordered[ranks]).to(magnitude.device)
+
+
 def importance_threshold(params: list[Tensor], size: float) -> Tensor:
     """``tau``: the ``max(1, floor(size * P))``-th largest magnitude of all ``params`` (P entries)."""
-    magnitude = torch.cat([p.detach().abs().flatten() for p in params])
-    keep = max(1, int(magnitude.numel() * size))
-    return torch.topk(magnitude, keep).values[-1]
+    return importance_thresholds(params, [size])[0]
+
+
+def _kept(magnitude: Tensor, threshold: Tensor) -> Tensor:
+    """``1[a >= tau]`` as floats (written as floats directly: several times faster on CPU than a
+    boolean mask and its conversion)."""
+    return torch.ge(magnitude, threshold, out=torch.empty_like(magnitude))
+
+
+@dataclass
+class _Extraction:
+    """The submodel of the global model at one threshold: ``held [P]`` its entries (bool),
+    ``positions [S]`` their flat indices, ``counts`` its entries per parameter."""
+
+    threshold: Tensor
+    held: Tensor
+    positions: Tensor
+    counts: list[int]
 
 
 class MaskedSubmodel(nn.Module):
@@ -95,12 +127,12 @@ class MaskedSubmodel(nn.Module):
         self.model = model
         self.threshold = threshold
 
-    def masks(self) -> dict[str, Tensor]:
-        """``{name: 1[|theta| >= tau]}`` of ``model``'s parameters (no gradient)."""
-        return {name: p.detach().abs() >= self.threshold for name, p in self.model.named_parameters()}
-
     def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False):
-        params = {name: p * _ImportanceMask.apply(p.abs(), self.threshold) for name, p in self.model.named_parameters()}
+        if torch.is_grad_enabled():
+            params = {name: p * _ImportanceMask.apply(p.abs(), self.threshold)
+                      for name, p in self.model.named_parameters()}
+        else:  # the same values without the autograd function (evaluation)
+            params = {name: p * _kept(p.abs(), self.threshold) for name, p in self.model.named_parameters()}
         kwargs = {"return_hidden": True} if return_hidden else {}
         return functional_call(self.model, params, (x, adj), kwargs)
 
@@ -127,10 +159,18 @@ class FIARSE(GroupedUpdates, FederatedMethod):
                       else [parameter_count(federation.client_model(k)) / total for k in range(num_clients)])
         for state in self.states:
             state.model = MaskedSubmodel(copy.deepcopy(self.global_model), torch.zeros(()))
+            state.received = MaskedSubmodel(self.global_model, torch.zeros(()))
+        #: the global model's parameters (named) and their entry counts, in parameter order
+        self.params = dict(self.global_model.named_parameters())
+        self.numels = [p.numel() for p in self.params.values()]
         #: per client: the submodel masks the server extracted this round ``{name: bool}``
         self.masks: dict[int, dict[str, Tensor]] = {}
-        #: per client: the parameters it started local training from
-        self.starts: dict[int, dict[str, Tensor]] = {}
+        #: per client: the submodel it trains this round
+        self.extractions: dict[int, _Extraction] = {}
+        #: per client: its submodel of the current global model (what it receives next)
+        self.received_extractions: list[_Extraction] = []
+        #: the global model's entries ``[P]`` the clients started local training from
+        self.start = torch.empty(0)
         self.refresh_received()
 
     @classmethod
@@ -140,22 +180,36 @@ class FIARSE(GroupedUpdates, FederatedMethod):
             raise ConfigError(f"method 'fiarse' extracts submodels of one model of varying scale (FedGKC Table 2: "
                               f"{list(SCALE_ARCHS)}); model.clients has architectures {archs}")
 
-    def threshold(self, k: int) -> Tensor:
-        """``tau_k`` of client ``k`` on the current global model."""
-        return importance_threshold(list(self.global_model.parameters()), self.sizes[k])
+    def extract(self, threshold: Tensor, magnitude: Tensor) -> _Extraction:
+        """The submodel of the global model whose flat entries have ``magnitude [P]``."""
+        held = magnitude >= threshold
+        positions = np.flatnonzero(held.cpu().numpy())  # several times faster than torch.nonzero on CPU
+        counts = np.diff(np.searchsorted(positions, np.cumsum(self.numels)), prepend=0).tolist()
+        return _Extraction(threshold, held, torch.from_numpy(positions).to(held.device), counts)
 
     def refresh_received(self) -> None:
-        """Every client's submodel of the current global model (what it receives)."""
+        """Every client's submodel of the current global model (what it receives): one ranking
+        of the magnitudes for all capacities, one extraction per distinct threshold."""
+        self.start = _flat(list(self.params.values()))
+        magnitude = self.start.abs()
+        thresholds = importance_thresholds(list(self.params.values()), self.sizes)
+        by_size: dict[float, _Extraction] = {}
+        self.received_extractions = []
         for k, state in enumerate(self.states):
-            state.received = MaskedSubmodel(self.global_model, self.threshold(k))
+            size = self.sizes[k]
+            if size not in by_size:
+                by_size[size] = self.extract(thresholds[k], magnitude)
+            state.received.threshold = by_size[size].threshold
+            self.received_extractions.append(by_size[size])
 
     def receive(self, k: int, round_: int) -> None:
         """Load the global model into the client's submodel and fix its threshold."""
         submodel = self.states[k].model
-        load_parameters(submodel.model, dict(self.global_model.named_parameters()))
-        submodel.threshold = self.states[k].received.threshold
-        self.masks[k] = self.states[k].received.masks()
-        self.starts[k] = parameters_of(submodel.model)
+        load_parameters(submodel.model, self.params)
+        extraction = self.extractions[k] = self.received_extractions[k]
+        submodel.threshold = extraction.threshold
+        self.masks[k] = {name: m.view_as(p) for (name, p), m in zip(self.params.items(),
+                                                                     extraction.held.split(self.numels))}
 
     def grouped_roles(self) -> dict[str, list[nn.Module]]:
         """The submodels' parameters (each client's copy of the global model)."""
@@ -175,28 +229,29 @@ class FIARSE(GroupedUpdates, FederatedMethod):
 
     def upload(self, k: int, round_: int, loss: float) -> Upload:
         """The update ``theta_local - theta_start`` on the submodel's entries (values only)."""
-        start, masks = self.starts.pop(k), self.masks[k]
-        trained = parameters_of(self.states[k].model.model)
-        return Upload(params={name: (trained[name] - start[name])[masks[name]] for name in trained},
+        extraction = self.extractions[k]
+        trained = _flat(list(self.states[k].model.model.parameters()))
+        update = (trained - self.start).index_select(0, extraction.positions)
+        return Upload(params=dict(zip(self.params, update.split(extraction.counts))),
                       weight=float(self.clients[k].num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         """``theta += server_lr * sum_k w_k M_k delta_k / sum_k w_k M_k`` entry by entry
         (``M_k`` client k's submodel mask; entries no client holds stay)."""
         with torch.no_grad():
-            for name, p in self.global_model.named_parameters():
-                total, weight = torch.zeros_like(p), torch.zeros_like(p)
-                for k, upload in uploads.items():
-                    held = self.masks[k][name]
-                    w = upload.weight if self.hparams.sample_weighted else 1.0
-                    total[held] += w * upload.params[name]
-                    weight[held] += w
-                covered = weight > 0
-                p[covered] += self.hparams.server_lr * total[covered] / weight[covered]
+            theta = _flat(list(self.params.values()))
+            total, weight = torch.zeros_like(theta), torch.zeros_like(theta)
+            for k, upload in uploads.items():
+                positions = self.extractions[k].positions
+                w = upload.weight if self.hparams.sample_weighted else 1.0
+                total.index_add_(0, positions, w * torch.cat([upload.params[name] for name in self.params]))
+                weight.index_add_(0, positions, torch.full(positions.shape, w, dtype=weight.dtype))
+            theta = torch.where(weight > 0, theta + self.hparams.server_lr * total / weight, theta)
+            for p, value in zip(self.params.values(), theta.split(self.numels)):
+                p.copy_(value.view_as(p))
         self.refresh_received()
 
     def download_bytes(self, k: int) -> int:
         """Bytes of the entries of client ``k``'s submodel."""
-        submodel = self.states[k].received
-        return sum(int(m.sum()) * p.element_size() for m, p in zip(submodel.masks().values(),
-                                                                    self.global_model.parameters()))
+        counts = self.received_extractions[k].counts
+        return sum(count * p.element_size() for count, p in zip(counts, self.params.values()))
