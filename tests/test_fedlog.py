@@ -5,6 +5,7 @@ pretraining, and the limit without the global-data term."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from fglrepro.fl.loop import run_federation
 from fglrepro.methods.fedlog import (
     FedLoGHparams,
     NeighbourGenerator,
+    RealGraph,
     batched_gcn,
     class_generator_forward,
     global_synthetic,
@@ -27,6 +29,7 @@ from fglrepro.methods.fedlog import (
     random_gcn_weights,
 )
 from fglrepro.models import GCN
+from fglrepro.sparse import SparseRows
 
 FAST = {"num_proto": 3, "embed_dim": 8, "generator_epochs": 3, "matching_draws": 2, "pretrain_epochs": 5}
 
@@ -142,17 +145,28 @@ def test_refuses_a_backbone_other_than_the_gcn():
     assert_refused(method_problems("fedlog", FAST, evaluation=EvalConfig(model="global")), "evaluation.model")
 
 
-def test_matching_loss_is_the_mean_squared_distance_of_the_parameter_gradients(sbm):
+def sparse_features(client, width: int = 60, density: float = 0.03):
+    """``client`` with bag-of-words-like features ``[n, width]`` (a share ``density`` non-zero)."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.rand(client.num_nodes, width, generator=gen) * (torch.rand(client.num_nodes, width, generator=gen)
+                                                             < density)
+    return dataclasses.replace(client, x=x)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_matching_loss_is_the_mean_squared_distance_of_the_parameter_gradients(sbm, sparse):
     method = make_method(sbm, "fedlog", FAST, rounds=1, model=NO_DROPOUT)
-    client = method.clients[0]
+    client = sparse_features(method.clients[0]) if sparse else method.clients[0]
     train = client.train_mask.nonzero().flatten()
     labels = client.y[train]
     gen = torch.Generator().manual_seed(3)
-    weights = random_gcn_weights([sbm.num_features, 5, 4], 3, gen, "cpu")
+    num_features = client.x.size(1)
+    weights = random_gcn_weights([num_features, 5, 4], 3, gen, "cpu")
     head = torch.randn(3, 4, client.num_classes, generator=gen)
-    centre = torch.randn(train.numel(), sbm.num_features, generator=gen)
-    fast = matching_loss(weights, head, client.x, torch.sparse.mm(client.adj, client.x), client.adj, train, labels,
-                         centre)
+    centre = torch.randn(train.numel(), num_features, generator=gen)
+    real = RealGraph.of(client)
+    assert isinstance(real.features, SparseRows) is sparse and (real.gram is None) is sparse
+    fast = matching_loss(weights, head, real, train, labels, centre)
     params = [w.detach().clone().requires_grad_(True) for w in weights]
 
     def grads(x, adj, nodes):  # the gradient of each draw's mean cross-entropy, written out
@@ -163,6 +177,27 @@ def test_matching_loss_is_the_mean_squared_distance_of_the_parameter_gradients(s
     direct = sum(((s - r) ** 2).mean() for s, r in zip(grads(centre, None, slice(None)),
                                                          grads(client.x, client.adj, train)))
     assert fast.item() == pytest.approx(direct.item(), rel=1e-4)
+
+
+def test_the_real_graphs_own_term_sets_the_matching_value_and_no_gradient(sbm):
+    """The sparse route of ||(A x)^T Delta_r||^2 leaves the generator's gradient bit for bit as the
+    dense route (P P^T) has it, so the pretraining follows the same trajectory either way."""
+    client = sparse_features(make_method(sbm, "fedlog", FAST, rounds=1, model=NO_DROPOUT).clients[0])
+    train = client.train_mask.nonzero().flatten()
+    gen = torch.Generator().manual_seed(3)
+    weights = random_gcn_weights([client.x.size(1), 5, 4], 3, gen, "cpu")
+    head = torch.randn(3, 4, client.num_classes, generator=gen)
+    sparse = RealGraph.of(client)
+    dense = dataclasses.replace(sparse, gram=sparse.propagated @ sparse.propagated.t())
+    values, gradients = [], []
+    for real in (sparse, dense):
+        centre = torch.randn(train.numel(), client.x.size(1), generator=torch.Generator().manual_seed(4),
+                             requires_grad=True)
+        loss = matching_loss(weights, head, real, train, client.y[train], centre)
+        values.append(loss.item())
+        gradients.append(torch.autograd.grad(loss, centre)[0])
+    assert values[0] == pytest.approx(values[1], rel=1e-5)
+    assert torch.equal(*gradients)
 
 
 def test_cached_prompts_equal_freshly_generated_ones_after_the_scalers_move(sbm):

@@ -35,8 +35,9 @@ from fglrepro.methods.ghost import (
     squared_distances,
     topology_criterion,
     train_proxy,
+    unit_rows,
 )
-from fglrepro.models import GCN
+from fglrepro.models import GCN, fast_kernels
 
 FAST = {"proxy_epochs": 20, "fgw_iterations": 20}
 ADAM = TrainConfig(optimizer="adam", lr=0.01, weight_decay=0.0)
@@ -93,11 +94,13 @@ def test_fgw_gradient_flows_through_the_feature_cost_at_the_optimal_plan():
     assert torch.allclose(fake.grad, expected, atol=1e-5)
 
 
-def test_topology_criterion_is_the_gradient_of_the_edge_energy(graph):
+@pytest.mark.parametrize("fast", [False, True])
+def test_topology_criterion_is_the_gradient_of_the_edge_energy(graph, fast):
     x, adj = graph
     torch.manual_seed(0)
     model = GCN(5, 4, 3, layers=2, dropout=0.0)
-    criterion = topology_criterion(model, x, adj)
+    with fast_kernels(fast):
+        criterion = topology_criterion(model, x, adj)
     # written out edge by edge, as the authors' code loops over edges
     weight = model.convs[0].lin.weight
     hidden = F.relu(model.convs[0](x, adj))
@@ -197,6 +200,16 @@ def test_proxy_feature_terms_are_the_kl_and_the_cosine_dispersion(sbm):
     expected = expected + 1 - F.cosine_similarity(fake, x, dim=-1).mean()
     assert proxy_loss(proxy, target, hp, noise).item() == pytest.approx(expected.item(), rel=1e-5)
     assert torch.equal(target.c1, labelled_adjacency(client)) and target.c1.size(0) == x.size(0)
+
+
+def test_unit_rows_give_the_cosine_similarity_bit_for_bit():
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(9, 40, generator=gen, requires_grad=True)
+    b = torch.rand(9, 40, generator=gen) * (torch.rand(9, 40, generator=gen) < 0.2)
+    reference = F.cosine_similarity(a, b, dim=-1)
+    ours = (unit_rows(a) * unit_rows(b)).sum(dim=-1)
+    assert torch.equal(ours, reference)
+    assert torch.equal(*(torch.autograd.grad(c.square().sum(), a)[0] for c in (ours, reference)))
 
 
 def test_the_local_graph_enters_the_proxy_only_through_fgw(sbm):

@@ -76,11 +76,19 @@ Unstated details and the choices made here (code = the authors' repository):
 Cost: not on the vectorised engine (the local step is not a GCN's cross-entropy: prototype distances,
 synthetic nodes, global data); within a client the random GCNs of an epoch run as one batched
 computation, the first layer's gradient distance is computed without forming the ``[F, h]`` gradients
-(:func:`matching_loss`), and a class's generated neighbours are recomputed only when its scaler moved.
-Measured on Cora, Louvain+ 10 clients, seed 0, one round of 100 local epochs: about 75x the CPU of
-FedAvg+ft, most of it in the generator pretraining (per client 100 epochs x 20 fresh random GCNs
-with ``F x 64`` first layers and the double backward through the dense generated features). The
-paper's hyperparameters fix that work, so the 3x budget of issue 29 is out of reach here.
+(:func:`matching_loss`; its real-graph term, constant in the generator, by sparse products), and a
+class's generated neighbours are recomputed only when its scaler moved. Optimisers are
+:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer` (torch's Adam kernel bit for bit, without the
+second of CPU that constructing a ``torch.optim.Adam`` costs). Every change keeps the numbers bit for bit:
+the local training is chaotic (generators 1e-5 apart, from such rounding, end ~0.15 apart in the
+trained weights after the download), so faster forms that only round differently (sparse first layers of
+the generator and the 2-node graphs, fused Adam) are not used. Measured on Cora, Louvain+ 10 clients,
+seed 0 (``benchmarks/method_costs.py``, whole process): ~77 CPU s, ~29x FedAvg+ft (~85x its training
+loop alone), most of it in the generator pretraining (per client 100 epochs x 20 fresh random GCNs with
+``F x 64`` first layers: 1.8M random numbers per epoch, dense products with the generated features
+forward and in the double backward) and in the post-download training (class generators rerun on the
+global rows each step). The paper's hyperparameters fix that work, so the 3x budget of issue 29 is out
+of reach here.
 """
 
 from __future__ import annotations
@@ -96,10 +104,11 @@ from torch import Tensor, nn
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import tensor_bytes
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import make_optimizer
 from fglrepro.methods import register
-from fglrepro.models import GCN
+from fglrepro.models import GCN, SPARSE_BELOW
 from fglrepro.sparse import SparseRows, sparse_matmul
 
 #: parameters of :class:`FedLoGModel` that are averaged by the server (the synthetic nodes are not)
@@ -277,10 +286,17 @@ def random_gcn_weights(widths: list[int], draws: int, generator: torch.Generator
     return out
 
 
-def first_layer(weights: list[Tensor], x: Tensor | SparseRows, adj: Tensor | None) -> Tensor:
-    """``[n, D, h]`` first-layer pre-activations ``A x W_1 + b_1`` of D GCNs (``adj`` ``None``: no propagation)."""
+def side_by_side(weight: Tensor) -> Tensor:
+    """``[in, D out]``: the D first-layer weights ``weight [D, in, out]`` side by side."""
+    return torch.cat(weight.unbind(0), dim=1)
+
+
+def first_layer(weights: list[Tensor], x: Tensor | SparseRows, adj: Tensor | None, flat: Tensor | None = None
+                ) -> Tensor:
+    """``[n, D, h]`` first-layer pre-activations ``A x W_1 + b_1`` of D GCNs (``adj`` ``None``: no propagation);
+    ``flat``: :func:`side_by_side` of ``W_1`` when already built."""
     w = weights[0]
-    flat = w.permute(1, 0, 2).reshape(w.size(1), -1)
+    flat = side_by_side(w) if flat is None else flat
     h = sparse_matmul(x, flat) if isinstance(x, SparseRows) else x @ flat
     if adj is not None:
         h = torch.sparse.mm(adj, h)
@@ -304,15 +320,51 @@ def batched_gcn(weights: list[Tensor], x: Tensor | SparseRows, adj: Tensor | Non
     return later_layers(weights, first_layer(weights, x, adj), adj)
 
 
-def matching_loss(weights: list[Tensor], head: Tensor, features: Tensor | SparseRows, propagated: Tensor,
-                  adj: Tensor, train: Tensor, labels: Tensor, centre: Tensor) -> Tensor:
+@dataclass
+class RealGraph:
+    """A client's graph as the gradient matching reads it: ``features`` ``x [n, F]`` (dense, or
+    :class:`~fglrepro.sparse.SparseRows` below :data:`~fglrepro.models.SPARSE_BELOW` non-zeros),
+    ``propagated`` ``P = A x [n, F]`` and the operator ``adj`` (sparse CSR ``[n, n]``); for
+    :meth:`real_norm`, with sparse features ``adj_t`` ``= A^T`` and ``features_t`` (sparse CSR
+    ``[F', n]``: ``x^T`` without its empty rows), else ``gram`` ``= P P^T [n, n]``."""
+
+    features: Tensor | SparseRows
+    propagated: Tensor
+    adj: Tensor
+    adj_t: Tensor | None = None
+    features_t: Tensor | None = None
+    gram: Tensor | None = None
+
+    @classmethod
+    def of(cls, client: ClientData) -> "RealGraph":
+        x, adj = client.x, client.adj
+        propagated = torch.sparse.mm(adj, x)
+        if x.count_nonzero() < SPARSE_BELOW * x.numel():
+            used = x.ne(0).any(dim=0)
+            return cls(SparseRows.of(x), propagated, adj, adj_t=adj.t().to_sparse_csr(),
+                       features_t=x[:, used].t().to_sparse_csr())
+        return cls(x, propagated, adj, gram=propagated @ propagated.t())
+
+    @torch.no_grad()
+    def real_norm(self, delta: Tensor) -> Tensor:
+        """``||P^T delta||^2`` for ``delta [n, D h]``: the squared norm of the real graph's first-layer
+        weight gradients, as ``||x^T (A^T delta)||^2`` (sparse products) or ``<delta, P P^T delta>``."""
+        if self.gram is None:
+            product = torch.mm(self.features_t, torch.sparse.mm(self.adj_t, delta)).view(-1)
+            return torch.dot(product, product)
+        return (delta * (self.gram @ delta)).sum()
+
+
+def matching_loss(weights: list[Tensor], head: Tensor, real: RealGraph, train: Tensor, labels: Tensor,
+                  centre: Tensor) -> Tensor:
     """Mean over the D GCNs and the parameters of the mean squared difference between the gradient of
-    the cross-entropy (random linear ``head [D, d, C]``) on the real graph (``train`` nodes; ``propagated``
-    ``= A x [n, F]``) and on the 2-node graphs with centres ``centre [m, F]``.
+    the cross-entropy (random linear ``head [D, d, C]``) on the real graph (``train`` nodes) and on the
+    2-node graphs with centres ``centre [m, F]``.
 
     The first layer's weight gradient is ``x^T Delta`` (``Delta``: the gradient of the pre-activations),
-    so its squared distance is taken as ``<Ds, Z Z^T Ds> - 2 <Ds, Z (A x)^T Dr> + <Dr, (A x)(A x)^T Dr>``
-    without forming the ``[F, h]`` gradients (the same value; checked in the tests)."""
+    so its squared distance is taken as ``<Ds, Z Z^T Ds> - 2 <Ds, Z P^T Dr> + ||P^T Dr||^2`` (``P = A x``)
+    without forming the synthetic ``[F, h]`` gradients (the same value; checked in the tests). The last
+    term does not depend on the generator (:meth:`RealGraph.real_norm`): it sets the loss value only."""
     draws = head.size(0)
 
     def loss_of(embeddings: Tensor, nodes_labels: Tensor) -> Tensor:
@@ -322,17 +374,20 @@ def matching_loss(weights: list[Tensor], head: Tensor, features: Tensor | Sparse
         return per_node.mean(dim=0).sum()
 
     rest = weights[1:2] + weights[2:]
-    pre_real = first_layer(weights, features, adj)
-    real = torch.autograd.grad(loss_of(later_layers(weights, pre_real, adj)[train], labels), [pre_real, *rest])
-    pre_syn = first_layer(weights, centre, None)
+    flat = side_by_side(weights[0])
+    pre_real = first_layer(weights, real.features, real.adj, flat)
+    real_grads = torch.autograd.grad(loss_of(later_layers(weights, pre_real, real.adj)[train], labels),
+                                     [pre_real, *rest])
+    pre_syn = first_layer(weights, centre, None, flat)
     syn = torch.autograd.grad(loss_of(later_layers(weights, pre_syn, None), labels), [pre_syn, *rest],
                               create_graph=True)
-    delta_r, delta_s = real[0].reshape(real[0].size(0), -1), syn[0].reshape(syn[0].size(0), -1)
+    delta_r = real_grads[0].reshape(real_grads[0].size(0), -1)
+    delta_s = syn[0].reshape(syn[0].size(0), -1)
     first = ((delta_s * ((centre @ centre.t()) @ delta_s)).sum()
-             - 2 * (delta_s * ((centre @ propagated.t()) @ delta_r)).sum()
-             + (delta_r * ((propagated @ propagated.t()) @ delta_r)).sum())
+             - 2 * (delta_s * ((centre @ real.propagated.t()) @ delta_r)).sum()
+             + real.real_norm(delta_r))
     total = first / weights[0].numel()
-    return total + sum(((s - r) ** 2).mean() for s, r in zip(syn[1:], real[1:]))
+    return total + sum(((s - r) ** 2).mean() for s, r in zip(syn[1:], real_grads[1:]))
 
 
 def pretrain_generator(gen: NeighbourGenerator, client: ClientData, widths: list[int], hparams: FedLoGHparams,
@@ -341,21 +396,21 @@ def pretrain_generator(gen: NeighbourGenerator, client: ClientData, widths: list
     labelled nodes (module docstring); returns the last loss."""
     train = client.train_mask.nonzero().flatten()
     target, has_neighbours = mean_neighbour_features(client, train)
-    labels = client.y[train]
-    features = SparseRows.of(client.x) if client.x.count_nonzero() < 0.1 * client.x.numel() else client.x
-    propagated = torch.sparse.mm(client.adj, client.x)
-    optimizer = torch.optim.Adam(gen.parameters(), lr=hparams.generator_lr)
+    labels, x_train = client.y[train], client.x[train]
+    real = RealGraph.of(client)
+    optimizer = KernelOptimizer(gen.parameters(), lr=hparams.generator_lr)
     draws, num_classes = hparams.matching_draws, client.num_classes
+    any_neighbours = bool(has_neighbours.any())
     gen.train()
     loss_value = float("nan")
     for _ in range(hparams.generator_epochs):
-        generated = gen(client.x[train])
-        loss = F.mse_loss(generated[has_neighbours], target[has_neighbours]) if bool(has_neighbours.any()) else 0.0
+        generated = gen(x_train)
+        loss = F.mse_loss(generated[has_neighbours], target[has_neighbours]) if any_neighbours else 0.0
         weights = random_gcn_weights(widths, draws, generator, client.x.device)
         bound = 1.0 / math.sqrt(num_classes)
         head = ((torch.rand(draws, widths[-1], num_classes, generator=generator) * 2 - 1) * bound).to(client.x.device)
-        centre = (client.x[train] + generated) / 2
-        loss = loss + matching_loss(weights, head, features, propagated, client.adj, train, labels, centre)
+        centre = (x_train + generated) / 2
+        loss = loss + matching_loss(weights, head, real, train, labels, centre)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -482,7 +537,7 @@ class FedLoG(FederatedMethod):
         modules = nn.ModuleList([model.embedder, model.norm_head, model.norm_tail])
         optimizer = make_optimizer(modules, self.federation.train)
         lr = self.federation.train.lr if hp.synthetic_lr is None else hp.synthetic_lr
-        synthetic_optimizer = torch.optim.Adam([model.syn_head, model.syn_tail], lr=lr)
+        synthetic_optimizer = KernelOptimizer([model.syn_head, model.syn_tail], lr=lr)
         alpha = model.head_weight(client.adj)
         train = client.train_mask.nonzero().flatten()
         pairs = None if self.global_data is None else pair_adjacency(self.global_data.y.numel(), client.x.device)

@@ -64,11 +64,13 @@ Details the code settles differently or leaves open, and the choice made here:
 The criterion reads the first convolution's ``lin.weight`` (GCN and GAT; O-pFGL reports GHOST with GAT
 but not with GraphSAGE or SGC). All of it is vectorised over nodes and edges; clients train their
 proxies one after another (each FGW plan is its own assignment problem), with the fast path's dropout
-masks and fused Adam. Cost: each proxy step generates dense ``[n_L, F]`` features (a ``256 x F`` head)
-and an ``n_L x n_L x F`` feature cost, about 120 GFlop over Cora-10's 100 steps x 10 clients, which
-FedAvg's sparse first layer never pays: a run is ~7.5x FedAvg+ft's CPU there (those matrix products
-alone ~2x FedAvg+ft's whole run). With ogbn-arxiv's ~10^4 labelled nodes per client the dense
-``n_L x n_L`` plans and assignments are impractical on CPU (O-pFGL reports OC/OM on ogbn-products).
+masks and fused Adam; the criterion's edge products are H-wide on the fast path
+(:func:`topology_criterion`). Cost: each proxy step generates dense ``[n_L, F]`` features (a ``256 x F``
+head) and an ``n_L x n_L x F`` feature cost, which FedAvg's sparse first layer never pays: on Cora-10
+(seed 0, ``benchmarks/method_costs.py``, whole process) a run is ~9.8 CPU s, ~3.7x FedAvg+ft (~7.5x its
+training loop alone), three quarters of it the proxies' 100 steps x 10 clients of those products. With
+ogbn-arxiv's ~10^4 labelled nodes per client the dense ``n_L x n_L`` plans and assignments are
+impractical on CPU (O-pFGL reports OC/OM on ogbn-products).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ from fglrepro.fl.generator import ConditionalGenerator, balanced_labels, knn_pse
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import check_finite, make_optimizer
 from fglrepro.methods import register
-from fglrepro.models import GCN, dropout
+from fglrepro.models import GCN, dropout, fast_kernels_enabled
 
 STRUCTURES = ("code", "knn")
 #: architectures whose first convolution has the ``lin.weight [H, F]`` the criterion reads
@@ -275,13 +277,15 @@ def knn_structure(x: Tensor, k: int) -> Tensor:
 class ProxyTarget:
     """What a client's proxy is aligned with, computed once: its labelled nodes' features ``x [n_L, F]``,
     labels ``y [n_L]``, feature distributions ``softmax(x)`` and their mean negative entropy (the
-    constant part of the KL), and the structure ``c1`` (:func:`labelled_adjacency`)."""
+    constant part of the KL), the structure ``c1`` (:func:`labelled_adjacency`) and the rows of ``x``
+    scaled to unit norm ``unit [n_L, F]`` (:func:`unit_rows`)."""
 
     x: Tensor
     y: Tensor
     probabilities: Tensor
     negative_entropy: Tensor
     c1: Tensor
+    unit: Tensor
 
     @classmethod
     def of(cls, client: ClientData) -> "ProxyTarget":
@@ -289,7 +293,15 @@ class ProxyTarget:
         log_p = F.log_softmax(x, dim=1)
         probabilities = log_p.exp()
         return cls(x=x, y=client.y[client.train_mask], probabilities=probabilities,
-                   negative_entropy=(probabilities * log_p).sum() / x.size(0), c1=labelled_adjacency(client))
+                   negative_entropy=(probabilities * log_p).sum() / x.size(0), c1=labelled_adjacency(client),
+                   unit=unit_rows(x))
+
+
+def unit_rows(x: Tensor, eps: float = 1e-8) -> Tensor:
+    """``x [n, F]`` with each row divided by its norm (at least ``eps``): ``(unit_rows(a) * unit_rows(b)).sum(1)``
+    is ``F.cosine_similarity(a, b)`` bit for bit, values and gradients (its own operations, with one side
+    computed once)."""
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(eps)
 
 
 def proxy_loss(generator: ConditionalGenerator, target: ProxyTarget, hparams: GHOSTHparams, noise: Tensor
@@ -299,7 +311,7 @@ def proxy_loss(generator: ConditionalGenerator, target: ProxyTarget, hparams: GH
     x_fake = generator(noise, target.y)
     cross = (target.probabilities * F.log_softmax(x_fake, dim=1)).sum() / x_fake.size(0)
     loss = hparams.lambda_d * (target.negative_entropy - cross)
-    loss = loss + 1 - F.cosine_similarity(x_fake, target.x, dim=-1).mean()
+    loss = loss + 1 - (unit_rows(x_fake) * target.unit).sum(dim=-1).mean()
     if hparams.lambda_f > 0:
         c2 = None if hparams.proxy_structure == "code" else knn_structure(x_fake.detach(), hparams.knn)
         loss = loss + hparams.lambda_f * fgw_loss(target.x, x_fake, target.c1, c2, hparams.fgw_alpha,
@@ -335,12 +347,18 @@ def topology_criterion(model: nn.Module, x: Tensor, adj: Tensor) -> list[Tensor]
     """Per parameter of ``model`` (in order) ``|d/dtheta sum_{(i, j)} e_ij^2|`` with
     ``e_ij = <h_i W, tanh(h_j W)>``, ``h = relu(conv_1(x [n, F], adj))`` ``[n, H]``, ``W`` the first
     convolution's ``lin.weight [H, F]`` and ``(i, j)`` the edges of ``adj`` (:func:`pseudo_edges`);
-    zero where it does not reach. No dropout (the code's ``compute_criterion``)."""
+    zero where it does not reach. No dropout (the code's ``compute_criterion``). With the fast kernels
+    (:func:`~fglrepro.models.fast_kernels_enabled`) as ``e_ij = <h_i, q_j>``, ``q = tanh(h W) W^T [n, H]``:
+    per edge an H-wide product instead of an F-wide one, the same value up to float rounding."""
     weight = model.convs[0].lin.weight
     hidden = F.relu(model.convolve(0, x, model.graph(adj)))
-    projected = hidden @ weight
     source, target = pseudo_edges(adj)
-    energy = (projected[source] * torch.tanh(projected)[target]).sum(1).pow(2).sum()
+    if fast_kernels_enabled():
+        pulled_back = torch.tanh(hidden @ weight) @ weight.t()
+        energy = (hidden[source] * pulled_back[target]).sum(1).pow(2).sum()
+    else:
+        projected = hidden @ weight
+        energy = (projected[source] * torch.tanh(projected)[target]).sum(1).pow(2).sum()
     params = list(model.parameters())
     grads = torch.autograd.grad(energy, params, allow_unused=True)
     return [torch.zeros_like(p) if g is None else g.abs() for p, g in zip(params, grads)]
