@@ -96,6 +96,48 @@ def test_condensation_lowers_the_gradient_matching_loss(sbm):
     assert after < 0.8 * before, (before, after)
 
 
+def reference_condense(client, model, hparams: FedGMHparams, generator: torch.Generator) -> CondensedGraph:
+    """The condensation loop written out with one full backward pass per step (both sides'
+    gradients, then the scheduled side's optimiser steps)."""
+    model = copy.deepcopy(model)
+    labels = synthetic_labels(client.y[client.train_mask], client.num_classes, hparams.reduction_rate)
+    features = initial_features(client, labels, generator).requires_grad_(True)
+    pge = PairwiseLinkPredictor(client.x.size(1), hparams.pge_hidden, hparams.pge_layers)
+    feature_opt = torch.optim.Adam([features], lr=hparams.feature_lr)
+    pge_opt = torch.optim.Adam(pge.parameters(), lr=hparams.pge_lr)
+    per_class = torch.bincount(labels, minlength=client.num_classes)
+    classes = per_class.nonzero().flatten().tolist()
+    weights = {c: float(per_class[c]) / float(per_class.max()) for c in classes}
+    train, best_loss = client.train_mask, float("inf")
+    for epoch in range(hparams.outer_epochs):
+        reinitialise(model, generator)
+        real = class_gradients(model, model(client.x, client.adj)[train], client.y[train], classes)
+        real = {c: tuple(g.detach() for g in grads) for c, grads in real.items()}
+        adj = pge(features)
+        logits = model(features, dense_normalized_adjacency(adj))
+        loss = matching_loss(class_gradients(model, logits, labels, classes, create_graph=True), real, weights)
+        if loss.item() < best_loss:
+            best_loss, best = loss.item(), (features.detach().clone(), adj.detach().clone())
+        feature_opt.zero_grad()
+        pge_opt.zero_grad()
+        loss.backward()
+        (pge_opt if epoch % (hparams.pge_steps + hparams.feature_steps) < hparams.pge_steps else feature_opt).step()
+    return CondensedGraph(x=best[0], adj=best[1], y=labels)
+
+
+def test_condensation_steps_each_side_on_its_gradient_from_the_full_backward_pass(sbm):
+    # 25 steps: link predictor, features, link predictor again; bit for bit
+    method = make_method(sbm, "fedgm", FAST, rounds=1, model=NO_DROPOUT)
+    client, model = method.clients[0], method.federation.model
+    hparams = FedGMHparams(**{**FAST, "outer_epochs": 25})
+    torch.manual_seed(1)  # the link predictor's initial weights
+    graph = condense(client, model, hparams, torch.Generator().manual_seed(0))
+    torch.manual_seed(1)
+    expected = reference_condense(client, model, hparams, torch.Generator().manual_seed(0))
+    assert torch.equal(graph.x, expected.x) and torch.equal(graph.adj, expected.adj)
+    assert not torch.equal(graph.x, initial_features(client, graph.y, torch.Generator().manual_seed(0)))
+
+
 def test_server_trains_one_model_on_the_union_of_the_uploads(sbm):
     method = make_method(sbm, "fedgm", FAST, rounds=1, model=NO_DROPOUT)
     uploads = one_round(method, 1)

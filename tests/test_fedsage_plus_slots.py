@@ -42,8 +42,9 @@ def test_slot_linear_equals_the_dense_layer_and_tanh_at_used_pairs_and_is_zero_e
     assert (sliced[~used] == 0).all()
 
 
-def test_slot_linear_gradients_equal_the_dense_layer_and_tanh_with_unused_pairs_masked():
-    h, weight, bias, used = random_layer()
+@pytest.mark.parametrize("rows", [7, 40])  # few and many rows per slot
+def test_slot_linear_gradients_equal_the_dense_layer_and_tanh_with_unused_pairs_masked(rows):
+    h, weight, bias, used = random_layer(rows=rows)
     upstream = torch.randn(h.size(0), used.size(1), weight.size(0) // used.size(1))
     mask = used[:, :, None].float()
     dense = torch.tanh(torch.nn.functional.linear(h, weight, bias)).view_as(upstream)

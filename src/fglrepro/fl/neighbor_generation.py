@@ -9,7 +9,7 @@ The pieces, reusable by any method that mends client subgraphs:
   :class:`SlotLinear`);
 - :func:`greedy_feature_loss`: the greedy matching loss between generated and true
   neighbour features;
-- :func:`sample_neighbor_features`: neighbour feature sets of random nodes of a graph
+- :class:`NeighborSampler`: neighbour feature sets of random nodes of a graph
   (the targets another client's fGen is trained against);
 - :func:`mend_graph` / :func:`mended_client`: add generated neighbours to a graph.
 
@@ -254,21 +254,33 @@ def greedy_feature_loss(pred_feat: Tensor, true_feat: Tensor, pred_count: Tensor
     return torch.where(active, best, torch.zeros_like(best)).sum() / (n * num_pred)
 
 
-def sample_neighbor_features(client: ClientData, num_rows: int, num_pred: int,
-                             generator: torch.Generator) -> Tensor | None:
-    """``[num_rows, P, F]``: for each row a uniformly drawn node with at least one
-    neighbour and P of its neighbours drawn with replacement (OpenFGL's targets of the
-    cross-client fGen loss); None when the graph has no edge."""
-    src, dst = client.edge_index
-    degree = torch.bincount(src, minlength=client.num_nodes)
-    with_neighbors = (degree > 0).nonzero().flatten()
-    if with_neighbors.numel() == 0:
-        return None
-    order = torch.argsort(src * client.num_nodes + dst)
-    neighbors, start = dst[order], degree.cumsum(0) - degree
-    rows = with_neighbors[torch.randint(with_neighbors.numel(), (num_rows,), generator=generator).to(src.device)]
-    offsets = (torch.rand(num_rows, num_pred, generator=generator).to(src.device) * degree[rows, None]).long()
-    return client.x[neighbors[start[rows, None] + offsets]]
+class NeighborSampler:
+    """Neighbour feature sets of random nodes of one graph (OpenFGL's targets of the
+    cross-client fGen loss), with the graph's sorted adjacency lists built once.
+
+    Args:
+        client: the graph whose nodes and features are drawn.
+    """
+
+    def __init__(self, client: ClientData) -> None:
+        src, dst = client.edge_index
+        self.x, self.degree = client.x, torch.bincount(src, minlength=client.num_nodes)
+        #: ``[m]`` nodes with at least one neighbour
+        self.with_neighbors = (self.degree > 0).nonzero().flatten()
+        #: ``[E]`` neighbours grouped by node (ascending), node i's from ``start[i]``
+        self.neighbors = dst[torch.argsort(src * client.num_nodes + dst)]
+        self.start = self.degree.cumsum(0) - self.degree
+
+    def sample(self, num_rows: int, num_pred: int, generator: torch.Generator) -> Tensor | None:
+        """``[num_rows, P, F]``: for each row a uniformly drawn node with at least one
+        neighbour and P of its neighbours drawn with replacement; None when the graph has no edge."""
+        if self.with_neighbors.numel() == 0:
+            return None
+        device = self.neighbors.device
+        rows = self.with_neighbors[
+            torch.randint(self.with_neighbors.numel(), (num_rows,), generator=generator).to(device)]
+        offsets = (torch.rand(num_rows, num_pred, generator=generator).to(device) * self.degree[rows, None]).long()
+        return self.x[self.neighbors[self.start[rows, None] + offsets]]
 
 
 def mend_graph(x: Tensor, edge_index: Tensor, count: Tensor, feat: Tensor,

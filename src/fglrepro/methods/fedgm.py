@@ -175,7 +175,8 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
     features = initial_features(client, labels, generator).requires_grad_(True)
     pge = PairwiseLinkPredictor(client.x.size(1), hparams.pge_hidden, hparams.pge_layers).to(client.x.device)
     feature_opt = torch.optim.Adam([features], lr=hparams.feature_lr)
-    pge_opt = torch.optim.Adam(pge.parameters(), lr=hparams.pge_lr)
+    pge_params = list(pge.parameters())
+    pge_opt = torch.optim.Adam(pge_params, lr=hparams.pge_lr)
     per_class = torch.bincount(labels, minlength=client.num_classes)
     classes = per_class.nonzero().flatten().tolist()
     weights = {c: float(per_class[c]) / float(per_class.max()) for c in classes}
@@ -192,10 +193,11 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
         loss = matching_loss(class_gradients(model, logits, labels, classes, create_graph=True), real, weights)
         if loss.item() < best_loss:
             best_loss, best = loss.item(), (features.detach().clone(), adj.detach().clone())
-        feature_opt.zero_grad(set_to_none=True)
-        pge_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        (pge_opt if epoch % cycle < hparams.pge_steps else feature_opt).step()
+        # only the stepped side's gradient: the other side's half of the backward pass is skipped
+        optimizer, stepped = (pge_opt, pge_params) if epoch % cycle < hparams.pge_steps else (feature_opt, [features])
+        for p, grad in zip(stepped, torch.autograd.grad(loss, stepped)):
+            p.grad = grad
+        optimizer.step()
     return CondensedGraph(x=best[0], adj=best[1], y=labels)
 
 

@@ -16,12 +16,12 @@ from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.method import Federation, ParameterAveraging, RunSetup, Upload
 from fglrepro.fl.neighbor_generation import (
+    NeighborSampler,
     NeighGen,
     greedy_feature_loss,
     impair_graph,
     mend_graph,
     mended_client,
-    sample_neighbor_features,
     used_slots,
 )
 from fglrepro.fl.training import make_optimizer
@@ -156,7 +156,11 @@ class FedSagePlus(ParameterAveraging):
         #: client j's training nodes; peer_grads[k] = summed gradient for k's features.
         self.peer_features: list[dict[int, tuple[Tensor, Tensor, Tensor]]] = [{} for _ in self.clients]
         self.peer_grads: list[Tensor | None] = [None] * len(self.clients)
+        #: peer_slots[k] = ``[n_train, P]`` slots where peer_grads[k] is non-zero (fast path only)
+        self.peer_slots: list[Tensor | None] = [None] * len(self.clients)
         self.received_bytes = [0] * len(self.clients)
+        #: per client: the targets of its peers' cross-client losses (its original graph)
+        self.samplers = [NeighborSampler(c) for c in self.clients]
         #: evaluate fGen's output layer only at the slots that are read (see the class docstring)
         self.only_used_slots = federation.train.engine != "sequential"
         self.last_round = 0
@@ -230,15 +234,14 @@ class FedSagePlus(ParameterAveraging):
         if not self.only_used_slots:
             return None
         used = used_slots(region_count, self.hparams.num_pred)
-        if self.peer_grads[k] is not None:
-            used[in_train] |= self.peer_grads[k].ne(0).any(-1)
+        if self.peer_slots[k] is not None:
+            used[in_train] |= self.peer_slots[k]
         return used
 
     def cross_client_gradient(self, k: int, feat: Tensor, pred_count: Tensor, true_count: Tensor) -> Tensor | None:
         """Gradient ``[n_j, P, F]`` of a peer's cross-client loss on client k's graph with
         respect to the peer's generated features ``feat``; None if k has no edge."""
-        targets = sample_neighbor_features(self.clients[k], feat.size(0), self.hparams.num_pred,
-                                           self.federation.generator)
+        targets = self.samplers[k].sample(feat.size(0), self.hparams.num_pred, self.federation.generator)
         if targets is None:
             return None
         feat = feat.detach().requires_grad_(True)
@@ -257,6 +260,7 @@ class FedSagePlus(ParameterAveraging):
             }
             grads = [u.peer[k]["grad"] for u in uploads.values() if k in u.peer]
             self.peer_grads[k] = torch.stack(grads).sum(0) if grads else None
+            self.peer_slots[k] = self.peer_grads[k].ne(0).any(-1) if self.only_used_slots and grads else None
             relayed = [u.extras[name] for j, u in uploads.items() if j != k for name in PEER_PAYLOAD]
             summed = [self.peer_grads[k]] if grads else []
             self.received_bytes[k] = tensor_bytes(relayed + summed)
@@ -277,14 +281,14 @@ class FedSagePlus(ParameterAveraging):
         """Replace every client's graph by its NeighGen-mended version (in place in
         ``self.clients``, the list the round loop evaluates on), then drop what only phase 1
         uses: the NeighGens, auxiliary classifiers, their optimiser states (most of a run's
-        memory and checkpoint size) and the relayed peer features."""
+        memory and checkpoint size), the relayed peer features and the neighbour samplers."""
         for k, client in enumerate(self.clients):
             model = self.neighgens[k]
             model.eval()
             with private_rng(self.federation.generator, self.device):
                 count, feat = model(client.x, client.adj, only_used=self.only_used_slots)
             self.clients[k] = mended_client(client, count.long(), feat)
-        self.neighgens, self.aux_classifiers, self.gen_optimizers = [], [], []
+        self.neighgens, self.aux_classifiers, self.gen_optimizers, self.samplers = [], [], [], []
         self.peer_features = [{} for _ in self.clients]
 
 
