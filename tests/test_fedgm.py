@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from helpers import make_method, one_round
 from test_renode import NO_DROPOUT
 
+from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 from fglrepro.config import EvalConfig
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.surrogate_graph import dense_normalized_adjacency
 from fglrepro.methods.fedgm import (
     CondensedGraph,
     FedGMHparams,
