@@ -26,8 +26,8 @@ import torch
 from fglrepro.data.graph import load_graph
 from fglrepro.fl.clients import build_clients
 from fglrepro.fl.engine import ClientBatch
-from fglrepro.sparse import sparse_matmul
 from fglrepro.partition.data import Partition
+from fglrepro.sparse import sparse_matmul
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_speed import prepare  # noqa: E402

@@ -30,8 +30,8 @@ def measure(threads: int) -> dict:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from partition_speed import planted_partition
 
+    from fglrepro.components.topology import return_probabilities
     from fglrepro.fl.clients import ClientData
-    from fglrepro.fl.topology import return_probabilities
     from fglrepro.methods.fedtad import class_reliability
 
     torch.set_num_threads(threads)

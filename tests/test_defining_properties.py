@@ -18,8 +18,8 @@ from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.engine import VectorisedEngine
 from fglrepro.fl.evaluation import evaluate_each
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.task_relator import aggregation_weights, relator_weights
 from fglrepro.methods import adafgl, fedgkc, fedstar, fedtad, fgssl, fiarse, moon, opfgl
+from fglrepro.methods.fedgkd.task_relator import aggregation_weights, relator_weights
 from fglrepro.metrics import macro_f1
 from fglrepro.partition.partitioners import PARTITIONERS, get_partitioner, louvain_membership
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import all_clients, make_method, received_models
 
+from fglrepro.components.generator import Teachers, knn_pseudo_graph
 from fglrepro.config import ConfigError, EvalConfig, from_dict
-from fglrepro.fl.generator import Teachers, knn_pseudo_graph
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.methods.coboost import project_to_simplex

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from helpers import all_clients, assert_refused, client_models, hand_client, make_method, method_problems, one_round
 
+from fglrepro.components import prototypes as proto
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
-from fglrepro.fl import prototypes as proto
 from fglrepro.fl.augment import perturbed_view
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import module_bytes, tensor_bytes

@@ -8,18 +8,23 @@ import torch
 from helpers import all_clients, assert_refused, client_models, make_method, method_problems, one_round
 from test_engine import federation
 
-import fglrepro.fl.graph_distillation as distillation
-import fglrepro.fl.task_relator as relator
+import fglrepro.methods.fedgkd.graph_distillation as distillation
+import fglrepro.methods.fedgkd.task_relator as relator
+from fglrepro.components.topology import degree_one_hot, structure_encoding
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.aggregation import parameters_of
-from fglrepro.fl.graph_distillation import sample_edges
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.method import Upload
-from fglrepro.fl.task_relator import aggregation_weights, kernel_matrix, pearson_relatedness, relator_weights
-from fglrepro.fl.topology import degree_one_hot, structure_encoding
 from fglrepro.methods import build_method, get_method, resolve_method
 from fglrepro.methods.fedavg import FedAvg
 from fglrepro.methods.fedgkd import FedGKDHparams
+from fglrepro.methods.fedgkd.graph_distillation import sample_edges
+from fglrepro.methods.fedgkd.task_relator import (
+    aggregation_weights,
+    kernel_matrix,
+    pearson_relatedness,
+    relator_weights,
+)
 from fglrepro.methods.fedstar import DecoupledGCN
 
 READOUT = ModelConfig(hidden=16, readout=True)

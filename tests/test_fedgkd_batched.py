@@ -8,8 +8,14 @@ import torch
 from test_engine import federation
 
 from fglrepro.fl.engine import StackedGCN
-from fglrepro.fl.graph_distillation import DistillSettings, _Gram, broadcast_graph, distill_graph, distill_graphs
 from fglrepro.methods import build_method, resolve_method
+from fglrepro.methods.fedgkd.graph_distillation import (
+    DistillSettings,
+    _Gram,
+    broadcast_graph,
+    distill_graph,
+    distill_graphs,
+)
 from fglrepro.models import GCN
 
 SETTINGS = DistillSettings(steps=5, lr=0.2, gamma=0.75, tau_g=1.0)

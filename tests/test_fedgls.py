@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from conftest import make_sbm
 from helpers import assert_refused, make_method, method_problems, one_round, same_parameters
 
-from fglrepro.config import ConfigError, EvalConfig, ModelConfig
-from fglrepro.fl.graph_learning import (
+from fglrepro.components.graph_learning import (
     cosine_knn_adjacency,
     graphless_contrastive_loss,
     knn_similarity,
     symmetric_normalized,
 )
+from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods.fedgls import ENCODER, distillation_loss

@@ -9,8 +9,8 @@ import torch
 from conftest import make_sbm
 from helpers import make_method, one_round
 
+from fglrepro.components.graph_learning import GraphLearner
 from fglrepro.config import EvalConfig, ModelConfig
-from fglrepro.fl.graph_learning import GraphLearner
 from fglrepro.methods.fedgls import SPARSE_BELOW
 from fglrepro.partition.build import PartitionSpec
 

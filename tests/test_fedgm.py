@@ -13,10 +13,10 @@ import torch.nn.functional as F
 from helpers import all_clients, assert_refused, make_method, method_problems, one_round
 from test_renode import NO_DROPOUT
 
+from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 from fglrepro.config import EvalConfig, ModelConfig
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.surrogate_graph import dense_normalized_adjacency
 from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods.fedgm import (
     CondensedGraph,

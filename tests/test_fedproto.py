@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from helpers import all_clients, assert_refused, make_method, method_problems, one_round
 
+from fglrepro.components.prototypes import average_prototypes, class_prototypes
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.prototypes import average_prototypes, class_prototypes
 from fglrepro.partition.build import PartitionSpec
 
 READOUT = ModelConfig(hidden=16, readout=True)

@@ -8,9 +8,14 @@ from helpers import all_clients, assert_refused, make_method, method_problems
 
 from fglrepro.config import ConfigError, EvalConfig
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.neighbor_generation import greedy_feature_loss, impair_graph, mend_graph, mended_client
 from fglrepro.methods import resolve_method
 from fglrepro.methods.fedsage_plus import PEER_PAYLOAD
+from fglrepro.methods.fedsage_plus.neighbor_generation import (
+    greedy_feature_loss,
+    impair_graph,
+    mend_graph,
+    mended_client,
+)
 
 EVAL = EvalConfig(model="global", average="weighted")
 

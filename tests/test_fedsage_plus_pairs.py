@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fglrepro.fl.neighbor_generation import greedy_feature_loss, mend_graph
+from fglrepro.methods.fedsage_plus.neighbor_generation import greedy_feature_loss, mend_graph
 
 
 def dense_greedy_loss(pred_feat, true_feat, pred_count, true_count):

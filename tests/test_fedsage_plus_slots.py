@@ -9,7 +9,7 @@ from helpers import make_method
 
 from fglrepro.config import EvalConfig
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.neighbor_generation import NeighGen, SlotLinear, used_slots
+from fglrepro.methods.fedsage_plus.neighbor_generation import NeighGen, SlotLinear, used_slots
 
 EVAL = EvalConfig(model="global", average="weighted")
 

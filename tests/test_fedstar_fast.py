@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fglrepro.fl.generator import knn_pseudo_graph
+from fglrepro.components.generator import knn_pseudo_graph
 from fglrepro.methods.fedstar import DecoupledGCN
 from fglrepro.models import fast_kernels, sparse_rows
 

@@ -18,11 +18,11 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE
 from torch_geometric.utils import add_self_loops, erdos_renyi_graph, to_dense_adj
 
+from fglrepro.components.generator import balanced_labels, knn_pseudo_graph
+from fglrepro.components.topology import return_probabilities
 from fglrepro.config import ConfigError, EvalConfig
 from fglrepro.fl.clients import ClientData
-from fglrepro.fl.generator import balanced_labels, knn_pseudo_graph
 from fglrepro.fl.loop import run_federation
-from fglrepro.fl.topology import return_probabilities
 from fglrepro.methods import resolve_method
 from fglrepro.methods.fedtad import RELIABILITY, class_reliability, per_node_weights
 from fglrepro.partition.build import PartitionSpec, build_partition
@@ -205,7 +205,7 @@ def test_sampled_walk_ids_follow_the_authors_code_distribution():
     """The code's walks stay with probability e^{1/d} / (e^{1/d} + N - 1) and otherwise jump
     to a uniformly drawn other node: on a 3-node path, the middle node (d = 3) stays with
     probability e^{1/3} / (e^{1/3} + 2) and the two jumps are equally likely."""
-    from fglrepro.fl.topology import sampled_walk_ids
+    from fglrepro.components.topology import sampled_walk_ids
 
     edges = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
     generator = torch.Generator().manual_seed(0)

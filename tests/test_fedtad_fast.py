@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import all_clients, make_method
 
+from fglrepro.components.generator import Teachers, knn_pseudo_graph, noise_diversity_loss, uploaded_teachers
 from fglrepro.config import ModelConfig
 from fglrepro.fl.clients import normalized_adjacency
-from fglrepro.fl.generator import Teachers, knn_pseudo_graph, noise_diversity_loss, uploaded_teachers
 from fglrepro.models import GCN
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}

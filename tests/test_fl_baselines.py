@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from helpers import assert_refused, client_models, make_method, method_problems, one_round, same_parameters
 
+from fglrepro.components.control_variates import ControlVariates
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.aggregation import parameters_of
-from fglrepro.fl.control_variates import ControlVariates
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import model_contrastive_loss, model_contrastive_terms
 

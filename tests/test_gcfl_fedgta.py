@@ -12,15 +12,15 @@ from helpers import all_clients, client_models, hand_client, make_method, receiv
 
 from fglrepro.config import ConfigError, EvalConfig, from_dict
 from fglrepro.fl.aggregation import parameters_of, weighted_average
-from fglrepro.fl.clustering import (
+from fglrepro.fl.loop import run_federation
+from fglrepro.methods import get_method
+from fglrepro.methods.fedgta import FedGTAHparams, acceptance_weights, topology_statistics
+from fglrepro.methods.gcfl_plus.clustering import (
     bipartition_by_sequences,
     bipartition_by_updates,
     dtw_distance,
     dtw_distance_matrix,
 )
-from fglrepro.fl.loop import run_federation
-from fglrepro.methods import get_method
-from fglrepro.methods.fedgta import FedGTAHparams, acceptance_weights, topology_statistics
 
 NEVER_SPLIT = {"eps1": 0.0, "eps2": 0.0, "warmup_rounds": 0, "seq_length": 1}
 ALWAYS_SPLIT = {"eps1": 1e9, "eps2": 0.0, "warmup_rounds": 1, "seq_length": 2}

@@ -9,10 +9,10 @@ from helpers import make_method
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, from_dict
 from fglrepro.fl.clients import build_clients
-from fglrepro.fl.clustering import split_criterion
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.method import Federation, Upload
 from fglrepro.methods import build_method, get_method, resolve_method
+from fglrepro.methods.gcfl_plus.clustering import split_criterion
 from fglrepro.models import build_model
 from fglrepro.partition.data import Partition
 

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from helpers import assert_refused, make_method, method_problems, one_round
 from test_renode import NO_DROPOUT
 
+from fglrepro.components.generator import knn_pseudo_graph
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig
 from fglrepro.fl.clients import normalized_adjacency
-from fglrepro.fl.generator import knn_pseudo_graph
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.training import make_optimizer
 from fglrepro.methods.ghost import (

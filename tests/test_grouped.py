@@ -16,13 +16,13 @@ import torch.nn.functional as F
 from helpers import make_method
 
 from fglrepro import models
+from fglrepro.components.prototypes import prototype_alignment_loss
 from fglrepro.config import EvalConfig, ModelConfig
 from fglrepro.fl import grouped
 from fglrepro.fl.checkpoint import Checkpoint
 from fglrepro.fl.grouped import GroupedTraining, PerClient
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import kl_divergence
-from fglrepro.fl.prototypes import prototype_alignment_loss
 from fglrepro.models import fast_kernels
 
 #: The five architectures of FedGKC Table 1 (client k gets entry k mod 5), without dropout.

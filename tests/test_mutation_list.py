@@ -34,11 +34,18 @@ def test_mutation_applies_once_and_names_existing_tests(mutation):
 ELSEWHERE = {"fedavg": "fedavg_unweighted"}
 
 
+def method_module(file: str) -> str:
+    """The method module (``methods/<name>.py``) or package (``methods/<name>/``) holding ``file``."""
+    return Path(file).relative_to("src/fglrepro/methods").parts[0].removesuffix(".py")
+
+
 def test_every_method_module_has_a_mutation():
-    mutated = {Path(m["file"]).stem for m in MUTATIONS if m["file"].startswith("src/fglrepro/methods/")}
+    mutated = {method_module(m["file"]) for m in MUTATIONS if m["file"].startswith("src/fglrepro/methods/")}
     names = {m["name"] for m in MUTATIONS}
     mutated |= {module for module, name in ELSEWHERE.items() if name in names}
-    modules = {p.stem for p in (REPO / "src" / "fglrepro" / "methods").glob("*.py")} - {"__init__"}
+    methods = REPO / "src" / "fglrepro" / "methods"
+    modules = {p.stem for p in methods.glob("*.py")} - {"__init__"}
+    modules |= {p.name for p in methods.iterdir() if (p / "__init__.py").is_file()}
     assert not modules - mutated, f"method modules without a mutation: {sorted(modules - mutated)}"
 
 

@@ -9,23 +9,22 @@ import pytest
 import torch
 from helpers import assert_refused, client_models, hand_client, make_method, method_problems
 
-from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
-from fglrepro.fl.class_statistics import (
+from fglrepro.components.class_statistics import (
     ClassStatistics,
     ClassSums,
     class_statistics,
     pool_statistics,
     pool_sums,
 )
-from fglrepro.fl.loop import run_federation
-from fglrepro.fl.secure_aggregation import decode, encode, mask_vector, unmask_sum
-from fglrepro.fl.surrogate_graph import (
+from fglrepro.components.surrogate_graph import (
     LINK_PREDICTORS,
     SurrogateSettings,
     build_link_predictor,
     edge_weights,
     generate_surrogate_graph,
 )
+from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
+from fglrepro.fl.loop import run_federation
 from fglrepro.methods import resolve_method
 from fglrepro.methods.opfgl import (
     OPFGL,
@@ -34,6 +33,7 @@ from fglrepro.methods.opfgl import (
     label_propagation,
     reliable_nodes,
 )
+from fglrepro.methods.opfgl.secure_aggregation import decode, encode, mask_vector, unmask_sum
 
 FAST = {"surrogate_iterations": 60, "stage1_steps": 60, "finetune_steps": 60, "eval_every": 20}
 

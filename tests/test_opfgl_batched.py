@@ -10,9 +10,8 @@ import torch.nn.functional as F
 from helpers import client_models, make_method
 from test_opfgl import random_statistics
 
-from fglrepro.config import ModelConfig
-from fglrepro.fl.class_statistics import pool_statistics
-from fglrepro.fl.surrogate_graph import (
+from fglrepro.components.class_statistics import pool_statistics
+from fglrepro.components.surrogate_graph import (
     BatchedAlignment,
     SurrogateSettings,
     UpperSmoothness,
@@ -21,6 +20,7 @@ from fglrepro.fl.surrogate_graph import (
     generate_surrogate_graph,
     smoothness_loss,
 )
+from fglrepro.config import ModelConfig
 from fglrepro.methods.opfgl import OPFGL, label_propagation
 
 #: Short stages with frequent checks and little patience, so that the clients stop at

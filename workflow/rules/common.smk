@@ -1,6 +1,5 @@
 """Helpers shared by the rules: config + study loading and validation, paths, params."""
 
-import ast
 import functools
 import hashlib
 import json
@@ -17,6 +16,7 @@ from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.io import archive_problem, damaged_message, read_yaml
 from fglrepro.methods import METHOD_MODULES
 from fglrepro.report.figure_kinds import FIGURE_INPUTS
+from fglrepro.source_files import method_files, source_closure
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
 
@@ -305,47 +305,8 @@ def run_resources(wildcards, key):
 
 # ---- code dependencies: editing a module reruns exactly the jobs that use it -------------
 
-@functools.cache
-def _imported_modules(path):
-    """Names of the fglrepro modules that ``path`` imports anywhere (functions included); each
-    file is parsed once per workflow (every training job's inputs ask again)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fglrepro"):
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names if alias.name.startswith("fglrepro"))
-    return names
-
-
-def _module_files(name):
-    """Source file of module ``name`` with the ``__init__.py`` of every enclosing package."""
-    parts = name.split(".")[1:]
-    files = [PKG.joinpath(*parts[:i], "__init__.py") for i in range(len(parts) + 1)]
-    source = PKG.joinpath(*parts).with_suffix(".py") if parts else None
-    if source is not None and source.is_file():
-        files.append(source)
-    return [f for f in files if f.is_file()]
-
-
-@functools.cache
-def source_closure(*paths):
-    """``paths`` and every fglrepro source file they import, transitively (static imports);
-    computed once per set of ``paths``."""
-    seen, todo = set(), list(paths)
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for name in _imported_modules(path):
-            todo.extend(_module_files(name))
-    return sorted(seen)
-
-
-TRAIN_CORE = source_closure(PKG / "cli" / "train.py")
-PARTITION_CODE = source_closure(PKG / "cli" / "partition.py")
+TRAIN_CORE = source_closure(PKG, PKG / "cli" / "train.py")
+PARTITION_CODE = source_closure(PKG, PKG / "cli" / "partition.py")
 
 
 def method_source(wildcards):
@@ -353,8 +314,8 @@ def method_source(wildcards):
     runs on) beyond the training core: editing them reruns only the runs that use them."""
     entry = run_entry(wildcards.study, wildcards.run)
     methods = [entry["method"], entry.get("hparams", {}).get("base")]
-    modules = [PKG / "methods" / f"{METHOD_MODULES[m]}.py" for m in methods if m in METHOD_MODULES]
-    return [f for f in source_closure(*modules) if f not in TRAIN_CORE]
+    files = [f for m in methods if m in METHOD_MODULES for f in method_files(METHOD_MODULES[m], PKG)]
+    return [f for f in source_closure(PKG, *files) if f not in TRAIN_CORE]
 
 
 @functools.cache

@@ -19,7 +19,7 @@ rule download:
 rule prepare:
     input:
         record=in_data("raw/{dataset}/download.json"),
-        code=source_closure(PKG / "data" / "prepare.py", PKG / "data" / "graph.py"),
+        code=source_closure(PKG, PKG / "data" / "prepare.py", PKG / "data" / "graph.py"),
     output:
         in_data("prepared/{dataset}/{prep}.pt"),
     params:

@@ -20,7 +20,7 @@ models; :func:`~fglrepro.fl.method.vectorised_obstacle` says when it cannot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -30,12 +30,10 @@ from torch.optim.adam import adam
 from fglrepro.config import TrainConfig
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.evaluation import EvaluateEach
+from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.training import check_finite
 from fglrepro.models import GCN, bernoulli_dropout
 from fglrepro.sparse import SparseRows, sparse_matmul
-
-if TYPE_CHECKING:
-    from fglrepro.fl.method import FederatedMethod, Federation, Upload
 
 #: A method's batched local-loss terms: ``(forward pass, stacked parameters) -> [m]``, one
 #: value per participant, added to its cross-entropy.

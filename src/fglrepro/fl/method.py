@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -30,13 +30,24 @@ from fglrepro.fl.communication import module_bytes, tensor_bytes
 from fglrepro.fl.training import cross_entropy_loss, make_optimizer, train_steps
 
 if TYPE_CHECKING:
-    from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
     from fglrepro.fl.kernel_optimizer import KernelOptimizer
 
 #: A local objective: the loss of one step, computed from the current client state.
 Objective = Callable[[], Tensor]
 #: An additional term of the local loss as a function of the model being trained.
 ExtraLoss = Callable[[nn.Module], Tensor]
+
+
+class BatchEngine(Protocol):
+    """What the contract asks of an engine that trains the participants as one batched
+    computation (:class:`fglrepro.fl.engine.VectorisedEngine` implements it; the engine
+    builds on the contract, never the other way round)."""
+
+    def client_updates(self, method: FederatedMethod, ks: list[int], round_: int) -> dict[int, Upload]:
+        """:meth:`FederatedMethod.client_update` of the participants ``ks`` at once."""
+
+    def load_rows(self, ks: list[int], models: list[nn.Module]) -> None:
+        """Load ``models[i]`` into participant ``ks[i]``'s local model."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +153,7 @@ class Federation:
     train: TrainConfig
     generator: torch.Generator
     client_models: list[nn.Module] | None = None
-    engine: VectorisedEngine | None = None
+    engine: BatchEngine | None = None
     states: list[ClientState] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -242,15 +253,16 @@ class FederatedMethod:
         """A term added to the cross-entropy of the default objective (none by default)."""
         return None
 
-    def batched_receive(self, ks: list[int], round_: int, engine: VectorisedEngine) -> None:
+    def batched_receive(self, ks: list[int], round_: int, engine: BatchEngine) -> None:
         """:meth:`receive` for the participants ``ks`` on the vectorised engine (each in turn
         by default; a method may batch work it does there)."""
         for k in ks:
             self.receive(k, round_)
 
-    def batched_extra_loss(self, ks: list[int], round_: int, engine: VectorisedEngine) -> BatchedTerms | None:
+    def batched_extra_loss(self, ks: list[int], round_: int, engine: BatchEngine) -> Callable[..., Tensor] | None:
         """The batched form of what :meth:`local_objective` adds to the cross-entropy, for
-        the participants ``ks`` on the vectorised engine (none by default)."""
+        the participants ``ks`` on the vectorised engine (none by default): a
+        :data:`fglrepro.fl.engine.BatchedTerms`, ``(forward pass, stacked parameters) -> [m]``."""
         return None
 
     @classmethod
@@ -327,7 +339,7 @@ class ParameterAveraging(FederatedMethod):
         """Load the model client ``k`` holds from the server into its local model."""
         load_parameters(self.states[k].model, dict(self.states[k].received.named_parameters()))
 
-    def batched_receive(self, ks: list[int], round_: int, engine: VectorisedEngine) -> None:
+    def batched_receive(self, ks: list[int], round_: int, engine: BatchEngine) -> None:
         """:meth:`receive` for all participants with one copy per parameter."""
         if type(self).receive is not ParameterAveraging.receive:
             return super().batched_receive(ks, round_, engine)

@@ -1,8 +1,10 @@
-"""Registry of federated methods: one module per method, registered by name.
+"""Registry of federated methods: one module (or package) per method, registered by name.
 
 To add a method: create ``fglrepro/methods/<name>.py`` with a subclass of
 :class:`fglrepro.fl.method.FederatedMethod` decorated with ``@register("<name>")``,
-and add the module name to :data:`METHOD_MODULES`.
+and add the module name to :data:`METHOD_MODULES`. A method with parts of its own is a package
+``fglrepro/methods/<name>/``: the method in its ``__init__.py``, the parts beside it; building
+blocks shared by several methods are in :mod:`fglrepro.components`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Callable, Mapping
 from fglrepro.config import ConfigError, from_dict
 from fglrepro.fl.method import Capabilities, FederatedMethod, Federation, RunSetup, check_capabilities
 
-#: Method name -> module under fglrepro.methods (one module per method).
+#: Method name -> module (or package) under fglrepro.methods, one per method.
 METHOD_MODULES: dict[str, str] = {
     "local": "local",
     "fedavg": "fedavg",

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.generator import Teachers, knn_pseudo_graph
 from fglrepro.config import ConfigError
-from fglrepro.fl.generator import Teachers, knn_pseudo_graph
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Federation
 from fglrepro.methods import register

@@ -3,7 +3,7 @@ adapted to node classification as O-pFGL (2025) adapts it.
 
 Clients train their own models (any architecture) and upload them once. The server
 trains a class-conditional generator of node features whose kNN pseudo graph (FedTAD's,
-shared in :mod:`fglrepro.fl.generator`) the ensemble of uploaded models classifies as the
+shared in :mod:`fglrepro.components.generator`) the ensemble of uploaded models classifies as the
 requested labels, while an adversarial term seeks nodes where student and ensemble
 disagree; the student is distilled from the ensemble on those pseudo graphs. Clients
 receive the student (the "+ft" rows wrap this method in ``finetune``).
@@ -12,7 +12,7 @@ Departures from the image-classification original, forced by graphs or chosen fo
 cost, are named in :class:`DENSEHparams`.
 
 Fast path (``train.engine`` not ``sequential``): the teachers run as one stacked pass
-(:class:`~fglrepro.fl.generator.Teachers`), the pseudo graphs are dense operators when every
+(:class:`~fglrepro.components.generator.Teachers`), the pseudo graphs are dense operators when every
 model is a GCN, and the generator's and students' optimisers are torch's fused kernels
 (:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer`). The epochs, and the generator and
 student steps inside them, stay a sequence: each step starts from the generator and students
@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.config import ConfigError, choice
-from fglrepro.fl.generator import (
+from fglrepro.components.generator import (
     Teachers,
     balanced_labels,
     dense_graph_fits,
@@ -39,6 +38,7 @@ from fglrepro.fl.generator import (
     seeded_generator,
     uploaded_teachers,
 )
+from fglrepro.config import ConfigError, choice
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload

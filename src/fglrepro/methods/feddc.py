@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fglrepro.fl.aggregation import parameters_of
-from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.control_variates import (
+from fglrepro.components.control_variates import (
     ControlVariates,
     check_local_steps,
     linear_correction,
     stacked_linear_correction,
     zeros_like_parameters,
 )
+from fglrepro.fl.aggregation import parameters_of
+from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
 from fglrepro.fl.losses import proximal_term, stacked_proximal_term
 from fglrepro.fl.method import ExtraLoss, Federation, ParameterAveraging, RunSetup, Upload

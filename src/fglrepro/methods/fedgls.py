@@ -3,7 +3,7 @@
 Every client holds the GNN ``θ = {θ_z, θ_c}`` (the study's model with its readout: ``θ_z``
 gives the embeddings ``Z``, ``θ_c`` is the readout) and an MLP feature encoder ``φ`` (``H =
 σ(X W1) W2``, eq. 20, the width of ``Z``); graphless clients also hold a graph learner ``ω``
-(:class:`~fglrepro.fl.graph_learning.GraphLearner`) that is never uploaded. A client's round
+(:class:`~fglrepro.components.graph_learning.GraphLearner`) that is never uploaded. A client's round
 (Alg. 1):
 
 1. take the global ``θ`` and ``φ``;
@@ -25,7 +25,7 @@ participants at once, each epoch one batched step on every client's ``θ`` (a
 as sparse matrices) and one on every ``φ`` (the MLP as a StackedGCN on the identity operator,
 read out through each client's frozen ``θ_c``), with stacked optimiser states kept across
 rounds; graph learners on sparse features compute their similarities from the non-zero entries
-(:class:`~fglrepro.fl.graph_learning.GraphLearner` ``sparse``). Step 2 stays one client at a
+(:class:`~fglrepro.components.graph_learning.GraphLearner` ``sparse``). Step 2 stays one client at a
 time: each graph learner builds a dense ``[n_k, n_k]`` similarity of its own size and takes a
 single step per round, so there is no loop of small steps to batch.
 """
@@ -40,11 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.graph_learning import GraphLearner, graphless_contrastive_loss
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import ClientBatch, StackedGCN, StackedOptimizer, VectorisedEngine, block_diagonal
-from fglrepro.fl.graph_learning import GraphLearner, graphless_contrastive_loss
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Federation, ParameterAveraging, RunSetup, Upload
 from fglrepro.fl.training import check_finite, cross_entropy_loss, make_optimizer, train_steps

@@ -58,11 +58,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
-from fglrepro.fl.surrogate_graph import dense_normalized_adjacency
 from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods import register
 

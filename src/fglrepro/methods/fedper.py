@@ -5,9 +5,9 @@ READOUT the last GCN layer (the classifier) is the personal layer."""
 
 from __future__ import annotations
 
+from fglrepro.components.partial import PartialAveraging
 from fglrepro.config import ConfigError
 from fglrepro.fl.method import Federation, RunSetup
-from fglrepro.fl.partial import PartialAveraging
 from fglrepro.methods import register
 
 

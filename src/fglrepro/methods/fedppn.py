@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.heterogeneous import linear_head, require_common_head
+from fglrepro.components.prototypes import average_prototypes, plain_mean_parts, prototype_upload, union_prototypes
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.engine import ClientBatch
 from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
-from fglrepro.fl.heterogeneous import linear_head, require_common_head
 from fglrepro.fl.method import FederatedMethod, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import average_prototypes, plain_mean_parts, prototype_upload, union_prototypes
 from fglrepro.fl.training import cross_entropy_loss
 from fglrepro.methods import register
 

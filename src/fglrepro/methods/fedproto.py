@@ -28,12 +28,12 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.prototypes import average_prototypes, client_prototypes, union_prototypes
 from fglrepro.config import ConfigError
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.engine import ClientBatch
 from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
 from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import average_prototypes, client_prototypes, union_prototypes
 from fglrepro.methods import register
 
 

@@ -11,7 +11,7 @@ READOUT maps ``[h_L || s_L]`` to class logits. Only the structure channel (param
 Our adaptation (FedStar and FedGKD describe graph classification only): the node embedding
 ``[h_L || s_L]`` replaces FedStar's pooled graph embedding and its graph-level classifier; GIN
 layers are replaced by the study's GCN layers (FedGKD's backbone); the return probabilities
-are those of ``A + I`` (:func:`fglrepro.fl.topology.return_probabilities`; FedStar's code
+are those of ``A + I`` (:func:`fglrepro.components.topology.return_probabilities`; FedStar's code
 uses ``A D^-1`` without self-loops).
 """
 
@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.partial import PartialAveraging
+from fglrepro.components.topology import structure_encoding
 from fglrepro.config import ConfigError
 from fglrepro.fl.method import Federation, RunSetup
-from fglrepro.fl.partial import PartialAveraging
-from fglrepro.fl.topology import structure_encoding
 from fglrepro.methods import register
 from fglrepro.models import GCN, GCNLayer, dropout, fast_kernels_enabled, feature_linear, propagate_once
 

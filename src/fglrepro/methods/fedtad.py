@@ -12,12 +12,12 @@ round loop. Defaults are the authors' code (zyl24/FedTAD, ``train_fedtad.py``); 
 code and the paper differ both are selectable (``divergence``, ``diversity``).
 
 Fast path (``train.engine`` not ``sequential``): the teachers run side by side as one pass
-(:class:`~fglrepro.fl.generator.Teachers`; the clients' reliabilities ϕ_k and the per-node
+(:class:`~fglrepro.components.generator.Teachers`; the clients' reliabilities ϕ_k and the per-node
 weights are computed once per client and once per round, the teachers' stacked weights once
 per round), the pseudo graph is a dense ``[B, B]`` operator when the server model is a GCN,
 the diversity loss visits each pair of pseudo nodes once, and the generator's and server
 model's Adam are torch's fused kernel without a ``torch.optim`` object
-(:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer`); see :mod:`fglrepro.fl.generator`.
+(:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer`); see :mod:`fglrepro.components.generator`.
 The I epochs, and the generator and student steps inside them, stay a sequence: each step
 starts from the generator and student the previous one left, so they cannot be batched. What
 remains is mostly the dense products with the F-wide generated features (generator head,
@@ -34,9 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.config import ConfigError, choice
-from fglrepro.fl.clients import ClientData, normalized_adjacency
-from fglrepro.fl.generator import (
+from fglrepro.components.generator import (
     DIVERSITY_LOSSES,
     Teachers,
     balanced_labels,
@@ -47,10 +45,12 @@ from fglrepro.fl.generator import (
     seeded_generator,
     uploaded_teachers,
 )
+from fglrepro.components.topology import return_probabilities, sampled_walk_ids
+from fglrepro.config import ConfigError, choice
+from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Capabilities, FederatedMethod, Federation, Upload
-from fglrepro.fl.topology import return_probabilities, sampled_walk_ids
 from fglrepro.fl.wrapper import MethodWrapper
 from fglrepro.methods import register
 
@@ -83,7 +83,7 @@ class FedTADHparams:
         ``cosine`` (eq. 9).
     fidelity: ``paper`` (the equations above), or ``code``: where the authors' code departs
         from the paper, the topology part of ``h_i`` is the ids of the nodes its "random
-        walks" visit (:func:`~fglrepro.fl.topology.sampled_walk_ids`), and the teachers, and
+        walks" visit (:func:`~fglrepro.components.topology.sampled_walk_ids`), and the teachers, and
         the global model during generator steps, keep dropout active (its GCN applies dropout
         unconditionally). The code's whole protocol also tests with dropout
         (``evaluation.dropout: true``) and partitions with python-louvain

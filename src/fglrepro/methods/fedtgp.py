@@ -14,7 +14,7 @@ capped by ``margin_threshold`` (HtFLlib ``servertgp``, the authors' code).
 
 With ``train.engine: auto`` the clients train on the grouped path (:mod:`fglrepro.fl.grouped`:
 the models of one architecture as one stacked model, one step for all), the alignment term
-per client (:func:`~fglrepro.fl.prototypes.prototype_alignment_loss` with ``clients``).
+per client (:func:`~fglrepro.components.prototypes.prototype_alignment_loss` with ``clients``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.config import ConfigError
-from fglrepro.fl.engine import ClientBatch
-from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
-from fglrepro.fl.heterogeneous import require_common_head
-from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
-from fglrepro.fl.prototypes import (
+from fglrepro.components.heterogeneous import require_common_head
+from fglrepro.components.prototypes import (
     average_prototypes,
     client_prototypes,
     margin_contrastive_loss,
@@ -39,6 +35,10 @@ from fglrepro.fl.prototypes import (
     prototype_upload,
     union_prototypes,
 )
+from fglrepro.config import ConfigError
+from fglrepro.fl.engine import ClientBatch
+from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
+from fglrepro.fl.method import FederatedMethod, Federation, Objective, RunSetup, Upload
 from fglrepro.fl.training import cross_entropy_loss, make_optimizer
 from fglrepro.methods import register
 

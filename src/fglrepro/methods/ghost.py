@@ -10,7 +10,7 @@ details, the authors' public code (JiaruQian/GHOST: ``algorithm/GHOST.py``, ``ut
 ``args.py``, whose defaults are the ones here).
 
 Client k trains a proxy, a class-conditional generator ``G_k(z, y)`` of node features (the shared
-:class:`~fglrepro.fl.generator.ConditionalGenerator`, with dropout after each Tanh as in the code), for
+:class:`~fglrepro.components.generator.ConditionalGenerator`, with dropout after each Tanh as in the code), for
 ``proxy_epochs`` Adam steps; each step draws fresh noise ``z`` for its ``n_L`` labelled nodes,
 generates ``X^ = G_k(z, y_L)`` (row i stands for labelled node i) and minimises
 
@@ -84,10 +84,10 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 
+from fglrepro.components.generator import ConditionalGenerator, balanced_labels, knn_pseudo_graph, seeded_generator
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.generator import ConditionalGenerator, balanced_labels, knn_pseudo_graph, seeded_generator
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import check_finite, make_optimizer
 from fglrepro.methods import register

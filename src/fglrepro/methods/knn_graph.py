@@ -2,7 +2,7 @@
 ``{method: knn_graph, hparams: {base: local | fedavg, k: ...}}``).
 
 Before the base method is built, every graphless client replaces its graph (the identity) by
-the cosine kNN graph of its features, :func:`~fglrepro.fl.graph_learning.cosine_knn_adjacency`:
+the cosine kNN graph of its features, :func:`~fglrepro.components.graph_learning.cosine_knn_adjacency`:
 the graph FedGLS's graph learner starts from. Clients with edges keep theirs.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from fglrepro.components.graph_learning import cosine_knn_adjacency
 from fglrepro.config import ConfigError
-from fglrepro.fl.graph_learning import cosine_knn_adjacency
 from fglrepro.fl.method import Capabilities, Federation
 from fglrepro.fl.wrapper import MethodWrapper
 from fglrepro.methods import register

@@ -13,12 +13,12 @@ import copy
 
 from torch import Tensor, nn
 
+from fglrepro.components.heterogeneous import linear_head, require_common_head
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import ClientBatch
 from fglrepro.fl.grouped import GroupedRole, GroupedUpdates, PerClient
-from fglrepro.fl.heterogeneous import linear_head, require_common_head
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.methods import register
 

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from fglrepro.fl.aggregation import parameters_of
-from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.control_variates import (
+from fglrepro.components.control_variates import (
     ControlVariates,
     check_local_steps,
     linear_correction,
     stacked_linear_correction,
 )
+from fglrepro.fl.aggregation import parameters_of
+from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
 from fglrepro.fl.method import ExtraLoss, Federation, ParameterAveraging, RunSetup, Upload
 from fglrepro.methods import register

@@ -6,6 +6,8 @@ clear or under pairwise-mask secure aggregation. The server pools them (eq. 8) a
 generates a small surrogate graph matching them (eqs. 9-11). Each client then trains a
 model on the surrogate graph (stage 1) and fine-tunes it on its own graph with
 node-adaptive distillation from the stage-1 model (stage 2, eqs. 14-17).
+
+Its own part: :mod:`.secure_aggregation` (pairwise-mask secure aggregation of the statistics).
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.config import ConfigError, choice
-from fglrepro.fl.class_statistics import (
+from fglrepro.components.class_statistics import (
     ClassStatistics,
     ClassSums,
     class_statistics,
@@ -27,6 +28,14 @@ from fglrepro.fl.class_statistics import (
     pool_sums,
     propagate_features,
 )
+from fglrepro.components.surrogate_graph import (
+    LINK_PREDICTORS,
+    SurrogateGraph,
+    SurrogateSettings,
+    dense_normalized_adjacency,
+    generate_surrogate_graph,
+)
+from fglrepro.config import ConfigError, choice
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.engine import (
     BestValidation,
@@ -39,16 +48,9 @@ from fglrepro.fl.engine import (
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
-from fglrepro.fl.secure_aggregation import mask_vector, unmask_sum
-from fglrepro.fl.surrogate_graph import (
-    LINK_PREDICTORS,
-    SurrogateGraph,
-    SurrogateSettings,
-    dense_normalized_adjacency,
-    generate_surrogate_graph,
-)
 from fglrepro.fl.training import check_finite, make_optimizer, train_best_validation, train_steps
 from fglrepro.methods import register
+from fglrepro.methods.opfgl.secure_aggregation import mask_vector, unmask_sum
 from fglrepro.models import GCN
 
 #: Ablation variants (paper Fig. 3 plus stage 1 alone):
@@ -248,12 +250,12 @@ class OPFGL(FederatedMethod):
     ``train.rounds = 1``. Uploads report loss 0: no model is trained before the upload.
 
     Unless ``train.engine`` is ``sequential``, the server generates the surrogate graph on
-    its fast path (see :func:`~fglrepro.fl.surrogate_graph.generate_surrogate_graph`) and,
+    its fast path (see :func:`~fglrepro.components.surrogate_graph.generate_surrogate_graph`) and,
     when :func:`batched_training_possible`, the participants' two stages run batched
     (:meth:`train_batched`); both agree with the sequential reference up to float rounding.
     The steps of each stage stay a sequence (each starts from the parameters the last left);
     what is batched is the clients. The server's surrogate-graph generation (3000 steps on one
-    small graph, :mod:`fglrepro.fl.surrogate_graph`) is one problem and stays a sequence too.
+    small graph, :mod:`fglrepro.components.surrogate_graph`) is one problem and stays a sequence too.
     """
 
     label = "O-pFGL"

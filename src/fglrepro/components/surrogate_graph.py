@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fglrepro.components.class_statistics import ClassStatistics, propagate_features
 from fglrepro.config import choice
-from fglrepro.fl.class_statistics import ClassStatistics, propagate_features
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 

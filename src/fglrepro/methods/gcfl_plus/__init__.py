@@ -1,6 +1,9 @@
 """GCFL+ (Xie et al., NeurIPS 2021): clustered FL that splits a cluster of clients when
 their updates conflict, grouping clients by the DTW distance of their gradient-norm
-sequences."""
+sequences.
+
+Its own part: :mod:`.clustering` (the split criteria and DTW clustering).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +16,14 @@ from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
-from fglrepro.fl.clustering import (
+from fglrepro.fl.method import Federation, ParameterAveraging, Upload
+from fglrepro.methods import register
+from fglrepro.methods.gcfl_plus.clustering import (
     bipartition_by_sequences,
     bipartition_by_updates,
     flatten_update,
     split_criterion,
 )
-from fglrepro.fl.method import Federation, ParameterAveraging, Upload
-from fglrepro.methods import register
 
 #: eps1, eps2 of each threshold mode when the study gives none (see :class:`GCFLPlusHparams`)
 DEFAULT_EPS = {"absolute": (0.05, 0.1), "relative": (0.32, 0.63)}

@@ -1,5 +1,8 @@
 """FedSage+ (Zhang et al., NeurIPS 2021): federated missing-neighbour generation, then
-FedAvg of the classifier on the mended client graphs (code: zkhku/fedsage, OpenFGL)."""
+FedAvg of the classifier on the mended client graphs (code: zkhku/fedsage, OpenFGL).
+
+Its own part: :mod:`.neighbor_generation` (NeighGen, the missing-neighbour generator).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.method import Federation, ParameterAveraging, RunSetup, Upload
-from fglrepro.fl.neighbor_generation import (
+from fglrepro.fl.training import make_optimizer
+from fglrepro.methods import register
+from fglrepro.methods.fedsage_plus.neighbor_generation import (
     NeighborSampler,
     NeighGen,
     greedy_feature_loss,
@@ -24,8 +29,6 @@ from fglrepro.fl.neighbor_generation import (
     mended_client,
     used_slots,
 )
-from fglrepro.fl.training import make_optimizer
-from fglrepro.methods import register
 
 #: What a client's phase-1 upload relays to its peers: generated features ``[n_train, P, F]``
 #: of its training nodes, their predicted and their true missing-neighbour counts ``[n_train]``.

@@ -7,6 +7,9 @@ grown from the server's broadcast ``(X0, y0)`` and uploads W_i with the task fea
 ``M_i = [X_s || H_s]`` (eq. 7). The server relates the tasks by feature-wise Pearson
 correlation (eq. 10), kernelises the collaboration network (eq. 11) and sends client i
 ``W̄_i = sum_j q_ij W_j`` (eq. 8-9, not weighted by client size).
+
+Its own parts: :mod:`.graph_distillation` (the clients' graph distillation) and
+:mod:`.task_relator` (the server's task relatedness and collaboration weights).
 """
 
 from __future__ import annotations
@@ -20,18 +23,18 @@ from fglrepro.config import ConfigError, choice
 from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average
 from fglrepro.fl.communication import module_bytes, tensor_bytes
 from fglrepro.fl.engine import BatchedTerms, VectorisedEngine
-from fglrepro.fl.graph_distillation import (
+from fglrepro.fl.losses import proximal_term, stacked_proximal_term
+from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, Upload
+from fglrepro.fl.training import cross_entropy_loss, make_optimizer, train_steps
+from fglrepro.methods import register
+from fglrepro.methods.fedgkd.graph_distillation import (
     DistilledGraph,
     DistillSettings,
     broadcast_graph,
     distill_graph,
     distill_graphs,
 )
-from fglrepro.fl.losses import proximal_term, stacked_proximal_term
-from fglrepro.fl.method import ExtraLoss, FederatedMethod, Federation, Upload
-from fglrepro.fl.task_relator import KERNELS, relator_weights
-from fglrepro.fl.training import cross_entropy_loss, make_optimizer, train_steps
-from fglrepro.methods import register
+from fglrepro.methods.fedgkd.task_relator import KERNELS, relator_weights
 
 #: Task features of Figure 9: X_s, H_s, [X_s || H_s] (eq. 7, the default) or the soft labels y_s.
 TASK_FEATURES = ("x", "h", "xh", "labels")

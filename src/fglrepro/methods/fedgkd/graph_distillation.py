@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fglrepro.fl.generator import balanced_labels
-from fglrepro.fl.surrogate_graph import dense_normalized_adjacency
+from fglrepro.components.generator import balanced_labels
+from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 
 if TYPE_CHECKING:
     from fglrepro.fl.engine import StackedGCN
