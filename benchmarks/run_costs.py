@@ -6,6 +6,8 @@ Every training job writes ``results/benchmarks/train/<study>/<run>/<dataset>/<sc
 peak RSS. Wall times include waiting for the CPU when jobs share cores; CPU time does not.
 
     python benchmarks/run_costs.py --results results --out benchmarks/RUN_COSTS.md fedgkd_table1 fedtad_table2
+
+``--by-dataset`` gives one row per run and dataset (what a run costs on each dataset).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ def job_costs(results: Path, study: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary(jobs: pd.DataFrame) -> pd.DataFrame:
-    """Per run: jobs, total / median CPU seconds, median wall seconds, peak RSS (MB)."""
-    grouped = jobs.groupby("run")
+def summary(jobs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per ``keys`` (the run, or the run and the dataset): jobs, total / median CPU seconds, median
+    wall seconds, peak RSS (MB)."""
+    grouped = jobs.groupby(keys)
     return pd.DataFrame({
         "jobs": grouped.size(), "cpu_total_s": grouped["cpu_s"].sum(), "cpu_median_s": grouped["cpu_s"].median(),
         "wall_median_s": grouped["wall_s"].median(), "peak_rss_mb": grouped["rss_mb"].max(),
@@ -43,6 +46,7 @@ def main() -> None:
     parser.add_argument("studies", nargs="+")
     parser.add_argument("--results", default="results", type=Path)
     parser.add_argument("--out", type=Path, help="Markdown file (default: print)")
+    parser.add_argument("--by-dataset", action="store_true", help="one row per run and dataset")
     args = parser.parse_args()
     lines = [f"Machine: {platform.processor() or platform.machine()}, {platform.node()}", ""]
     for study in args.studies:
@@ -50,9 +54,10 @@ def main() -> None:
         if jobs.empty:
             lines += [f"## {study}", "", "no benchmark files", ""]
             continue
-        table = summary(jobs).round(1)
+        table = summary(jobs, ["run", "dataset"] if args.by_dataset else ["run"]).round(1)
+        markdown = table.reset_index().to_markdown(index=False) if args.by_dataset else table.to_markdown()
         lines += [f"## {study}", "", f"{len(jobs)} jobs, seeds {sorted(int(s) for s in jobs.seed.unique())}, "
-                  f"CPU time {jobs.cpu_s.sum() / 60:.1f} min in all", "", table.to_markdown(), ""]
+                  f"CPU time {jobs.cpu_s.sum() / 60:.1f} min in all", "", markdown, ""]
     text = "\n".join(lines)
     if args.out:
         args.out.write_text(text)
