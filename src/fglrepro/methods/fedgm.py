@@ -179,6 +179,11 @@ def matching_loss(synthetic: dict[int, tuple[Tensor, ...]], real: dict[int, tupl
     return sum(weights[c] * sum(((s - r) ** 2).sum() for s, r in zip(synthetic[c], real[c])) for c in synthetic)
 
 
+def class_weights(per_class: Tensor, classes: list[int]) -> dict[int, float]:
+    """The matching loss's ``w_c = n'_c / max_c' n'_c`` of ``classes`` from synthetic nodes per class ``[C]``."""
+    return {c: float(per_class[c]) / float(per_class.max()) for c in classes}
+
+
 @dataclass
 class CondensedGraph:
     """A client's upload: ``x [n', F]``, dense edge weights ``adj [n', n']``, labels ``y [n']``."""
@@ -201,7 +206,7 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
     pge_opt = torch.optim.Adam(pge_params, lr=hparams.pge_lr)
     per_class = torch.bincount(labels, minlength=client.num_classes)
     classes = per_class.nonzero().flatten().tolist()
-    weights = {c: float(per_class[c]) / float(per_class.max()) for c in classes}
+    weights = class_weights(per_class, classes)
     train = client.train_mask
     best_loss, best = math.inf, None
     cycle = hparams.pge_steps + hparams.feature_steps
@@ -274,6 +279,8 @@ class FedGM(FederatedMethod):
     Wrap it in ``finetune`` for the paper's one-shot ``FedGM+ft``."""
 
     label = "FedGM"
+    Hparams = FedGMHparams
+    has_server_models = True
     #: model architectures whose layers read the condensed graphs' weighted dense adjacency
     ARCHS = ("gcn", "sgc")
 
@@ -282,8 +289,6 @@ class FedGM(FederatedMethod):
         if setup.model.arch not in cls.ARCHS:
             raise ConfigError(f"fedgm condenses through a weighted dense adjacency, which model.arch "
                               f"{setup.model.arch!r} does not read; valid: {list(cls.ARCHS)}")
-    Hparams = FedGMHparams
-    has_server_models = True
 
     def __init__(self, federation: Federation, hparams: FedGMHparams) -> None:
         super().__init__(federation, hparams)
@@ -337,7 +342,7 @@ class FedGM(FederatedMethod):
         classes = ((per_class > 0) & (totals > 0)).nonzero().flatten().tolist()
         if not classes:  # no participant of this round took part in round 1 (train.participation < 1)
             return 0.0
-        weights = {c: float(per_class[c]) / float(per_class.max()) for c in classes}
+        weights = class_weights(per_class, classes)
         logits = model(features, self.union_adj)[rows]
         synthetic = class_gradients(model, logits, labels, classes, create_graph=True)
         loss = matching_loss(synthetic, {c: unflatten(real[c], model) for c in classes}, weights)
