@@ -1,4 +1,5 @@
-"""FedGKC's open choices (issue 24): the self-distillation teacher's mode and the nodes of the mutual KL."""
+"""FedGKC's open choices (issue 24): the self-distillation teacher's mode, the nodes of the mutual KL
+and the reduction of each node's neighbourhood in L_neigh (issue 28)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from test_grouped import NO_VIEWS, parameter_gap, run, val_curve
 from fglrepro.config import ConfigError, ModelConfig
 from fglrepro.fl import grouped
 from fglrepro.fl.augment import perturbed_view
-from fglrepro.fl.losses import kl_divergence
+from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.losses import kl_divergence, neighbourhood_kl
 from fglrepro.methods.fedgkc import FedGKCHparams, mutual_losses, self_distillation_loss, self_distillation_terms
 
 
@@ -36,6 +38,30 @@ def test_mutual_kl_over_all_nodes_or_training_nodes():
     for a, b in zip(mutual_losses(outputs[0], outputs[1], labelled, FedGKCHparams(mutual_nodes="all")),
                     mutual_losses(outputs[0], outputs[1], labelled, FedGKCHparams())):
         assert torch.allclose(a, b)
+
+
+def test_neighbourhood_mean_divides_each_node_by_its_neighbourhood_size():
+    """``neighbour_reduction: mean``: ``1/n sum_i 1/(|N(i)|+1) sum_{j in N(i)+i} KL(z_j || h_i)``
+    (an isolated node keeps its own term); the default sums, and ``mutual_losses`` passes the choice on."""
+    gen = torch.Generator().manual_seed(5)
+    teacher, student = torch.randn(9, 4, generator=gen), torch.randn(9, 4, generator=gen)
+    edges = random_graph()
+    adj = normalized_adjacency(edges, 9)
+    expected = 0.0
+    for i in range(9):
+        neighbourhood = [i] + edges[0, edges[1] == i].tolist()
+        expected += sum(float(kl_divergence(teacher[j], student[i], reduction="sum")) for j in neighbourhood) / len(
+            neighbourhood)
+    assert float(neighbourhood_kl(teacher, student, adj, reduction="mean")) == pytest.approx(expected / 9, rel=1e-5)
+    assert float(neighbourhood_kl(teacher, student, adj)) > float(neighbourhood_kl(teacher, student, adj, "mean"))
+    client = hand_client(torch.randn(9, 3, generator=gen), [0, 1, 2] * 3, edges.tolist(), [True] * 9, num_classes=3)
+    outputs = [(torch.randn(9, 5, generator=gen), torch.randn(9, 3, generator=gen)) for _ in range(2)]
+    (_, logits_l), (_, logits_c) = outputs
+    for reduction in ("mean", "sum"):
+        loss_l, _ = mutual_losses(outputs[0], outputs[1], client, FedGKCHparams(neighbour_reduction=reduction))
+        without, _ = mutual_losses(outputs[0], outputs[1], client, FedGKCHparams(beta=0.0))
+        neigh = neighbourhood_kl(logits_c, logits_l, client.adj, reduction)
+        assert torch.allclose(loss_l - without, 0.2 * neigh - 0.2 * kl_divergence(logits_c, logits_l))
 
 
 def test_eval_teacher_has_no_dropout_and_keeps_the_models_mode(sbm):
@@ -64,9 +90,10 @@ def test_eval_teacher_has_no_dropout_and_keeps_the_models_mode(sbm):
 
 
 def test_options_agree_on_the_grouped_path(cora, monkeypatch):
-    """The grouped path computes the KL over all nodes as the per-client path does, and runs
+    """The grouped path computes the KL over all nodes and L_neigh's neighbourhood means as the
+    per-client path does, and runs
     the weak view (only it) in evaluation mode with ``teacher_mode: eval``."""
-    hparams = {"mutual_nodes": "all", "teacher_mode": "eval", **NO_VIEWS}
+    hparams = {"mutual_nodes": "all", "teacher_mode": "eval", "neighbour_reduction": "mean", **NO_VIEWS}
     ref, ref_history = run(cora, "fedgkc", hparams, "per-client")
     out, out_history = run(cora, "fedgkc", hparams, "grouped")
     assert parameter_gap(ref, out) < 1e-6
@@ -85,7 +112,7 @@ def test_options_agree_on_the_grouped_path(cora, monkeypatch):
     assert modes == {(0.3, 0.2): {False}, (0.8, 0.5): {True}}
 
 
-@pytest.mark.parametrize("key", ["teacher_mode", "mutual_nodes"])
+@pytest.mark.parametrize("key", ["teacher_mode", "mutual_nodes", "neighbour_reduction"])
 def test_unknown_choices_name_the_key(key):
     with pytest.raises(ConfigError, match=key):
         FedGKCHparams(**{key: "labelled"})

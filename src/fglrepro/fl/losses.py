@@ -66,7 +66,7 @@ def kl_divergence(
     return F.kl_div(F.log_softmax(input_logits, dim=-1), target, reduction=reduction, log_target=log_target)
 
 
-def neighbourhood_kl(teacher: Tensor, student: Tensor, adj: Tensor) -> Tensor:
+def neighbourhood_kl(teacher: Tensor, student: Tensor, adj: Tensor, reduction: str = "sum") -> Tensor:
     r"""FedGKC's neighbourhood distillation (eq. 1):
 
     .. math:: \frac{1}{n} \sum_i \sum_{j \in \mathcal{N}(i) \cup \{i\}}
@@ -74,12 +74,23 @@ def neighbourhood_kl(teacher: Tensor, student: Tensor, adj: Tensor) -> Tensor:
 
     ``teacher`` ``z`` and ``student`` ``h`` ``[n, d]`` (softmax over the d columns), the
     neighbours of i the edges ``j -> i`` of the operator ``adj [n, n]``
-    (:func:`fglrepro.models.edge_index_of`). A sum over each node's neighbourhood, averaged
-    over nodes; 0 when ``z = h`` and no node has a neighbour.
+    (:func:`fglrepro.models.edge_index_of`). ``reduction="sum"`` (eq. 1): a sum over each
+    node's neighbourhood, averaged over nodes; ``"mean"``: each node's sum divided by
+    ``|N(i)| + 1``, then averaged over nodes. 0 when ``z = h`` and no node has a neighbour.
     """
     log_p, log_q = F.log_softmax(teacher, dim=-1), F.log_softmax(student, dim=-1)
     p = log_p.exp()
-    own = (p * (log_p - log_q)).sum()
     source, target = edge_index_of(adj)
+    if reduction == "mean":
+        per_node = (p * (log_p - log_q)).sum(dim=-1)
+        per_edge = (p[source] * (log_p[source] - log_q[target])).sum(dim=-1)
+        return (per_node.index_add(0, target, per_edge) / neighbourhood_sizes(target, teacher.size(0))).mean()
+    own = (p * (log_p - log_q)).sum()
     neighbours = (p * log_p).sum(dim=-1)[source].sum() - (p[source] * log_q[target]).sum()
     return (own + neighbours) / teacher.size(0)
+
+
+def neighbourhood_sizes(target: Tensor, n: int) -> Tensor:
+    """``[n]``: ``|N(i)| + 1`` for every node i, from the targets ``[E]`` of the edges ``j -> i``."""
+    ones = torch.ones(target.numel(), device=target.device)
+    return torch.ones(n, device=target.device).index_add(0, target, ones)
