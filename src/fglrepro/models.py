@@ -8,7 +8,8 @@ every architecture is an encoder to ``[n, hidden]`` (ReLU and dropout after each
 followed by the linear head ``model.readout`` (``hidden`` is the head's input).
 
 GAT, GraphSAGE and GIN wrap PyG's layers (imported when such a model is built) and read the
-edges from the sparsity pattern of ``adj`` (:func:`edge_index_of`).
+edges from the sparsity pattern of ``adj`` (:func:`edge_index_of`); GAT also takes a weighted
+graph, :class:`WeightedEdges`, in place of ``adj``.
 
 Fast kernels (:func:`set_fast_kernels`, off by default; ``fgl-train`` turns them on unless
 ``train.engine`` is ``sequential``): every architecture's first layer multiplies sparse
@@ -28,6 +29,7 @@ import contextlib
 import math
 import sys
 import weakref
+from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
 import torch
@@ -332,16 +334,38 @@ def edge_index_of(adj: Tensor) -> Tensor:
     return _MEMO.get(("edges",), (adj,), edges)
 
 
+@dataclass(frozen=True)
+class WeightedEdges:
+    """A weighted graph as a model that reads edges takes it instead of the normalised
+    operator ``adj``: ``edge_index [2, E]`` (source, target; no self-loops) and positive
+    ``weight [E]``. Only GAT uses the weights (:class:`fglrepro.weighted_gat.WeightedGATConv`); see
+    :attr:`PyGNet.takes_edge_weights`."""
+
+    edge_index: Tensor
+    weight: Tensor
+
+    @classmethod
+    def of_dense(cls, weights: Tensor) -> WeightedEdges:
+        """The non-zero off-diagonal entries of ``weights [n, n]``: ``weights[i, j]`` is an edge
+        ``j -> i`` (node i aggregates node j, as :func:`edge_index_of`)."""
+        target, source = weights.nonzero().t()
+        keep = source != target
+        target, source = target[keep], source[keep]
+        return cls(torch.stack([source, target]), weights[target, source])
+
+
 def _pyg_conv(arch: str, in_channels: int, out_channels: int, first: bool) -> nn.Module:
-    """One PyG convolution ``[n, in] -> [n, out]``: ``GATConv`` (one head, OpenFGL's GAT),
-    ``SAGEConv`` (mean aggregation and root weight) or ``GINConv`` whose MLP is
-    ``Linear(in, out) -> ReLU -> Linear(out, out)`` (eps = 0, PyG's GIN model). The ``first``
-    GAT layer holds its (same, bias-free) weight ``lin.weight`` in a :class:`_Weight`, whose
-    product is sparse on sparse features."""
-    from torch_geometric.nn import GATConv, GINConv, SAGEConv
+    """One PyG convolution ``[n, in] -> [n, out]``: ``GATConv`` (one head, OpenFGL's GAT; it
+    also takes edge weights, :class:`~fglrepro.weighted_gat.WeightedGATConv`), ``SAGEConv`` (mean aggregation and
+    root weight) or ``GINConv`` whose MLP is ``Linear(in, out) -> ReLU -> Linear(out, out)``
+    (eps = 0, PyG's GIN model). The ``first`` GAT layer holds its (same, bias-free) weight
+    ``lin.weight`` in a :class:`_Weight`, whose product is sparse on sparse features."""
+    from torch_geometric.nn import GINConv, SAGEConv
 
     if arch == "gat":
-        conv = GATConv(in_channels, out_channels)
+        from fglrepro.weighted_gat import WeightedGATConv
+
+        conv = WeightedGATConv(in_channels, out_channels)
         if first:
             holder = _Weight(in_channels, out_channels)
             holder.weight = conv.lin.weight
@@ -357,7 +381,8 @@ class PyGNet(ConvStack):
     """``layers`` PyG convolutions of architecture ``arch`` (``gat``: GAT, Veličković et al.,
     ICLR 2018; ``sage``: GraphSAGE-mean, Hamilton et al., NeurIPS 2017; ``gin``: GIN, Xu
     et al., ICLR 2019), with ReLU and dropout between layers and optional READOUT as
-    :class:`GCN`. They take the unweighted edges of ``adj`` (:func:`edge_index_of`)."""
+    :class:`GCN`. They take the unweighted edges of ``adj`` (:func:`edge_index_of`); GAT
+    also takes a :class:`WeightedEdges` graph instead (:attr:`takes_edge_weights`)."""
 
     def __init__(self, arch: str, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
                  dropout: float = 0.5, readout: bool = False) -> None:
@@ -367,10 +392,19 @@ class PyGNet(ConvStack):
         super().__init__(convs, hidden, out_channels, dropout, readout)
         self.arch = arch
 
-    def graph(self, adj: Tensor) -> Tensor:
+    @property
+    def takes_edge_weights(self) -> bool:
+        """Whether ``forward`` takes a :class:`WeightedEdges` graph in place of ``adj`` (GAT)."""
+        return self.arch == "gat"
+
+    def graph(self, adj: Tensor | WeightedEdges) -> Tensor | WeightedEdges:
+        if isinstance(adj, WeightedEdges):
+            if not self.takes_edge_weights:
+                raise ConfigError(f"model.arch {self.arch!r} takes no edge weights; only 'gat' does")
+            return adj
         return edge_index_of(adj)
 
-    def convolve(self, i: int, x: Tensor, graph: Tensor) -> Tensor:
+    def convolve(self, i: int, x: Tensor, graph: Tensor | WeightedEdges) -> Tensor:
         r"""Convolution ``i``; on sparse features (:func:`sparse_rows`) GraphSAGE and GIN apply
         their first linear map before aggregating, at width ``out`` instead of ``F``: the
         mean and the sum over neighbours commute with it,
@@ -380,6 +414,8 @@ class PyGNet(ConvStack):
 
         with PyG's own aggregation (``conv.propagate``) and parameters."""
         conv = self.convs[i]
+        if isinstance(graph, WeightedEdges):
+            return conv(x, graph.edge_index, edge_attr=graph.weight.log())
         if i > 0 or self.arch == "gat" or sparse_rows(x) is None:
             return conv(x, graph)
         if self.arch == "sage":

@@ -22,6 +22,7 @@ from fglrepro.components.class_statistics import ClassStatistics, propagate_feat
 from fglrepro.config import choice
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
+from fglrepro.models import WeightedEdges
 
 #: The link-predictor designs of the paper's Table 10.
 LINK_PREDICTORS = ("mlp", "direct", "inner_product")
@@ -233,6 +234,15 @@ class SurrogateGraph:
     def normalized_adjacency(self) -> Tensor:
         """Sparse CSR GCN operator ``D^-1/2 (A' + I) D^-1/2`` for ``model(x, adj)``."""
         return dense_normalized_adjacency(self.weights).to_sparse_csr()
+
+    def graph_for(self, model: nn.Module) -> Tensor | WeightedEdges:
+        """The graph ``model`` takes, ``model(x, graph_for(model))``: the weighted edges of
+        ``A'`` for a model that reads edge weights (GAT, :attr:`~fglrepro.models.PyGNet.takes_edge_weights`),
+        else :meth:`normalized_adjacency`. A model that reads only the pattern of the operator
+        would see every pair above ``delta`` (all pairs, as a rule) as an edge of weight 1."""
+        if getattr(model, "takes_edge_weights", False):
+            return WeightedEdges.of_dense(self.weights)
+        return self.normalized_adjacency()
 
     @property
     def num_bytes(self) -> int:

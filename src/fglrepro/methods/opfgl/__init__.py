@@ -345,15 +345,17 @@ class OPFGL(FederatedMethod):
 
     def on_download(self, k: int, round_: int) -> None:
         """Client ``k``'s two stages (on the batched path they already ran for all
-        participants at the end of :meth:`server_update`)."""
+        participants at the end of :meth:`server_update`). Stage 1 gives the model the
+        surrogate graph as it takes it (:meth:`SurrogateGraph.graph_for`: a GAT its weighted
+        edges, a GCN the normalised weighted operator)."""
         if self.stacked is not None:
             return
         hp, client, graph, model = self.hparams, self.clients[k], self.surrogate, self.states[k].model
-        adj = graph.normalized_adjacency()
+        structure = graph.graph_for(model)
         train = self.federation.train
         train_best_validation(
             model, make_optimizer(model, replace(train, lr=hp.stage1_lr)), client, hp.stage1_steps, hp.patience,
-            objective=lambda: F.cross_entropy(model(graph.x, adj), graph.y), eval_every=hp.eval_every,
+            objective=lambda: F.cross_entropy(model(graph.x, structure), graph.y), eval_every=hp.eval_every,
         )
         if hp.variant == "global":
             return
