@@ -187,3 +187,29 @@ def test_runs_without_the_flag_or_clean_are_accepted(tmp_path):
 def write_snapshot_dir(tmp_path, metrics) -> Path:
     write_snapshot(metrics, {"s": make_meta(["A"])}, [], tmp_path, tmp_path / "out")
     return tmp_path / "out" / RUNS
+
+
+def test_merging_replaces_the_rerun_cells_and_keeps_every_other_run(snapshot):
+    out, claims, paper = snapshot
+    before = read_runs(out / RUNS)
+    rerun = make_metrics({"C": every_cell(61.0)}, study="t")
+    rerun = rerun[rerun["seed"] == 0]
+    new_study = make_metrics({"E": every_cell(50.0)}, study="u")
+    write_snapshot([rerun, new_study], {"u": make_meta(["E"], study="u")}, claims, paper, out, merge=True)
+    after = read_runs(out / RUNS)
+    key = ["study", "run", "dataset", "clients", "seed"]
+    assert not after.duplicated(key).any()
+    assert len(after) == len(before) + len(new_study)
+    c_rows = after[(after["study"] == "t") & (after["label"] == "C")]
+    assert sorted(c_rows.loc[c_rows["seed"] == 0, "test_acc"].unique()) == [61.0]
+    assert sorted(c_rows.loc[c_rows["seed"] != 0, "test_acc"].unique()) == [60.0]
+    assert set(json.loads((out / STUDIES).read_text())) == {"s", "t", "u"}
+    assert (out / "u.md").is_file() and (out / "s.comparison.md").is_file()
+    assert not differences(out, claims, paper)
+
+
+def test_writing_without_merge_keeps_only_the_given_runs(snapshot):
+    out, claims, paper = snapshot
+    write_snapshot([make_metrics({"E": every_cell(50.0)}, study="u")], {"u": make_meta(["E"], study="u")}, claims,
+                   paper, out)
+    assert set(read_runs(out / RUNS)["study"]) == {"u"} and not (out / "s.md").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -122,6 +124,36 @@ def test_partition_statistics_table_and_heat_maps(finished):
     assert nodes.reported == pytest.approx(900.0)
     heat_maps = sorted(p.name for p in (res / "figures" / "tiny_partitions").glob("*.png"))
     assert heat_maps == ["Cora_louvain_k3_seed0.png", "Cora_louvain_k3_seed1.png"]
+
+
+@pytest.fixture
+def clean_metrics(finished):
+    """The tiny study's runs marked as made from a clean tree (they record this checkout's git state, and
+    the snapshot refuses dirty runs), with the file's time kept so that nothing downstream reruns."""
+    metrics = finished / "results" / "metrics" / "tiny.csv"
+    original, stat = metrics.read_text(), metrics.stat()
+    metrics.write_text(pd.read_csv(metrics).assign(git_dirty=False).to_csv(index=False))
+    os.utime(metrics, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    yield
+    metrics.write_text(original)
+    os.utime(metrics, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_snapshot_rule_folds_the_run_into_the_snapshot_and_keeps_other_studies(finished, clean_metrics):
+    snap = finished / "docs" / "results"
+    snakemake(finished, "snapshot", "--forcerun", "snapshot", "--config", "snapshot_merge=false")
+    runs = pd.read_csv(snap / "runs.csv")
+    assert set(runs["study"]) == {"tiny"} and len(runs) == 4
+    metas = json.loads((snap / "studies.json").read_text())
+    older = runs.assign(study="older", test_acc=12.5)
+    (snap / "runs.csv").write_text(pd.concat([older, runs]).to_csv(index=False))
+    (snap / "studies.json").write_text(json.dumps({**metas, "older": {**metas["tiny"], "study": "older"}}))
+    snakemake(finished, "snapshot", "--forcerun", "snapshot")
+    merged = pd.read_csv(snap / "runs.csv")
+    assert len(merged) == 8 and merged.groupby("study").size().to_dict() == {"older": 4, "tiny": 4}
+    assert set(merged.loc[merged["study"] == "older", "test_acc"]) == {12.5}
+    assert merged.loc[merged["study"] == "tiny", "test_acc"].tolist() == runs["test_acc"].tolist()
+    assert (snap / "older.md").is_file() and (snap / "COVERAGE.md").is_file()
 
 
 def test_nothing_reruns_without_changes(finished):

@@ -2,7 +2,8 @@
 
 ``claims`` (in ``rule all`` when targets == all and ``config["claims"]`` is set) reads only the
 metrics CSVs of this run's studies; claims about other studies are "not run". ``snapshot`` is run
-explicitly (``snakemake snapshot --cores 1``) and writes docs/results/ from results/.
+explicitly (``snakemake snapshot --cores 1``) and folds the runs of results/ into docs/results/
+(``snapshot_merge: false``: writes it anew from this run alone).
 """
 
 
@@ -22,7 +23,7 @@ CLAIM_STUDIES = [s for s in STUDIES if trained_runs(s)]
 CLAIMS_OUTPUTS = expand(in_results("tables/claims{suffix}"), suffix=[".csv", ".md", "_cells.csv"])
 #: every reported-values CSV: the claims run their checks on the papers' own tables too.
 REPORTED_CSVS = sorted(str(p) for p in Path(config["paper_dir"]).glob("*.csv"))
-SNAPSHOT = "docs/results"
+SNAPSHOT = "docs/results"  # written in place, not an output: Snakemake would delete it before a merge
 
 
 rule claims:
@@ -55,18 +56,21 @@ rule snapshot:
         code=[PKG / "cli/report.py", PKG / "report/snapshot.py", PKG / "report/claims.py", PKG / "report/evidence.py",
               PKG / "report/tables.py", PKG / "report/coverage.py"],
     output:
-        directory(SNAPSHOT),
+        touch(in_results("logs/snapshot.done")),
     params:
         meta=lambda w: claims_metas(),
         claims=lambda w, input: ["--claims", input.claims] if CLAIMS_FILE else [],
         paper_dir=lambda w: config["paper_dir"],
         results_dir=lambda w: RESULTS,
         study_dir=lambda w: config["study_dir"],
+        merge="--merge" if config["snapshot_merge"] else "",
+        out=SNAPSHOT,
     log:
         in_results("logs/snapshot.log"),
     shell:
         "fgl-report snapshot {params.claims:q} --paper-dir {params.paper_dir:q} --meta {params.meta:q}"
-        " --results-dir {params.results_dir:q} --out {output:q} {input.metrics:q} --partition-stats {input.stats:q}"
+        " --results-dir {params.results_dir:q} --out {params.out:q} {params.merge} {input.metrics:q}"
+        " --partition-stats {input.stats:q}"
         " > {log:q} 2>&1"
-        " && fgl-report coverage --snapshot {output:q} --study-dir {params.study_dir:q} --paper-dir {params.paper_dir:q}"
+        " && fgl-report coverage --snapshot {params.out:q} --study-dir {params.study_dir:q} --paper-dir {params.paper_dir:q}"
         " >> {log:q} 2>&1"

@@ -9,7 +9,7 @@
     fgl-report claims --claims config/paper/claims.yaml --meta '{"<study>": META, ...}' \
         --out-prefix results/tables/claims METRICS.csv...
     fgl-report snapshot --claims config/paper/claims.yaml --meta '{"<study>": META, ...}' \
-        --out docs/results METRICS.csv...
+        --out docs/results [--merge] METRICS.csv...
     fgl-report snapshot --rerender --claims config/paper/claims.yaml --out docs/results
     fgl-report html --paper P --meta JSON_LIST --results results [--claims claims.csv] --out results/report/P.html
     fgl-report reproduction --snapshot docs/results --study-dir config/studies --notes docs/notes \
@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     snap.add_argument("--meta", help="JSON: study -> study metadata (not with --rerender)")
     snap.add_argument("--results-dir", default="results", help="results folder, for the runs' targets")
     snap.add_argument("--rerender", action="store_true", help="render again from the snapshot's runs.csv")
+    snap.add_argument("--merge", action="store_true",
+                      help="keep the snapshot's other runs and studies; these runs replace those of the same "
+                           "study, run, dataset, clients and seed")
     snap.add_argument("--allow-dirty", action="store_true",
                       help="accept runs made from a tree with uncommitted changes (a draft, not to be committed)")
     snap.add_argument("--partition-stats", nargs="+", default=[], metavar="CSV",
@@ -188,7 +191,7 @@ def snapshot(args) -> None:
         files = rerender(args.out, claims, args.paper_dir)
     else:
         files = write_snapshot([pd.read_csv(p) for p in args.metrics], json.loads(args.meta), claims,
-                               args.paper_dir, args.out, args.results_dir, args.allow_dirty)
+                               args.paper_dir, args.out, args.results_dir, args.allow_dirty, args.merge)
     log.info("snapshot %s: %d files rendered", args.out, len(files))
 
 

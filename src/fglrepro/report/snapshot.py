@@ -21,6 +21,8 @@ RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "part
                "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "wall_s", "device", "git_commit",
                "target"]
 RUNS, STUDIES = "runs.csv", "studies.json"
+#: one run of a snapshot: a newer run with the same key replaces it when runs are merged in
+RUN_KEY = ["study", "run", "dataset", "clients", "seed"]
 #: name ending of a study's partition statistics (ours next to the paper's), kept as made by the workflow
 PARTITION_STATS = ".partition_stats.csv"
 
@@ -160,16 +162,30 @@ def write_files(files: Mapping[str, str], out_dir: str | Path) -> None:
         atomic_write_text(text, Path(out_dir) / name)
 
 
+def merge_runs(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``old``'s rows with ``new``'s in place of those with the same :data:`RUN_KEY` (a rerun of a
+    cell replaces it; a run whose study file dropped it stays until the study is written anew), grouped
+    by study in sorted order, old rows before new ones within a study."""
+    replaced = old.set_index(RUN_KEY).index.isin(new.set_index(RUN_KEY).index)
+    merged = pd.concat([old[~replaced], new], ignore_index=True)
+    return merged.sort_values("study", kind="stable").reset_index(drop=True)
+
+
 def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claims: list[dict],
                    paper_dir: str | Path, out_dir: str | Path, results_dir: str = "results",
-                   allow_dirty: bool = False) -> dict[str, str]:
+                   allow_dirty: bool = False, merge: bool = False) -> dict[str, str]:
     """Write runs.csv and studies.json to ``out_dir`` (files of a previous snapshot are removed),
     then the files :func:`render` derives from them as read back; returns the rendered files.
+    ``merge`` keeps the previous snapshot's runs and studies and folds these in (:func:`merge_runs`;
+    a study's meta here replaces its old one), so that a snapshot grows run by run.
     Runs made from a dirty tree are refused before anything is written, unless ``allow_dirty``."""
     from fglrepro.io import atomic_write_text
 
     runs = snapshot_runs(metrics, results_dir, allow_dirty)
     out = Path(out_dir)
+    if merge and (out / RUNS).is_file():
+        runs = merge_runs(read_runs(out / RUNS), runs)
+        metas = {**json.loads((out / STUDIES).read_text()), **metas}
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
         if old.is_file() and not old.name.endswith(PARTITION_STATS):
