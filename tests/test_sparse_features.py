@@ -199,3 +199,22 @@ def test_a_round_of_fedgkc_on_the_divergent_zoo_trains_the_same_with_sparse_prod
     fast = one_round(True)
     assert sparse_products
     assert all(torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(fast, dense))  # parameters ~0.1
+
+
+@pytest.mark.parametrize("width", [40, 4000])
+def test_the_weight_gradient_of_binary_features_is_the_csr_product_bit_for_bit(width):
+    """0/1 features take the embedding-bag path for ``X^T G``: the CSR product's exact values, with
+    every row of ``X^T`` kept (width 40) or only the non-empty ones (4000); other values keep the CSR path."""
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.rand(50, width, generator=generator) < 8 / width).float()
+    grad = torch.randn(50, 16, generator=generator)
+    transpose = sparse.SparseRows.of(x).transposed()
+    assert transpose.binary and (transpose.rows is None) == (width == 40)
+    product = transpose.matmul(grad)
+    csr = torch.mm(transpose.csr, grad)
+    expected = csr if transpose.rows is None else torch.zeros(width, 16).index_copy_(0, transpose.rows, csr)
+    assert torch.equal(product, expected)
+    torch.testing.assert_close(product, x.t() @ grad)
+    weighted = sparse.SparseRows.of(x * 0.5).transposed()
+    assert not weighted.binary
+    torch.testing.assert_close(weighted.matmul(grad), 0.5 * x.t() @ grad)
