@@ -28,6 +28,12 @@ and its knowledge level P_k (eq. 8) from the copilot's predictions on all its no
 server averages the copilots with ``w_k = (w_vol + w_know) / 2`` (eq. 6-11,
 :func:`kama_weights`).
 
+Cost: every local step runs four forward passes (the local models, the copilots, the weak view without
+gradient, the strong view) and backward passes through three, on a zoo of five architectures of which
+GAT and GIN cost more than a GCN; FedAvg runs one GCN forward and backward. The grouped path already
+batches all of them over clients, so a run cannot fall to FedAvg's cost: Cora-10 4.8x FedAvg's process
+(``benchmarks/METHOD_COSTS.md``).
+
 Not stated in the paper (choices, see ``FedGKCHparams``): which model gives ``z`` in
 L_neigh (the other model, the teacher), the space of ``z`` and ``h`` for heterogeneous models,
 the nodes of the CE / KL terms (training nodes, as FML in FedPPN's graph code) and of L_neigh /
