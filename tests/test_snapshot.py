@@ -208,6 +208,17 @@ def test_merging_replaces_the_rerun_cells_and_keeps_every_other_run(snapshot):
     assert not differences(out, claims, paper)
 
 
+def test_a_merged_run_restricted_to_some_rows_and_columns_hides_none_of_the_others(snapshot):
+    out, claims, paper = snapshot
+    table_before = (out / "t.md").read_text()
+    one_cell = make_metrics({"C": {("Cora", 5): 60.0}}, study="t")
+    narrow = {**make_meta(["C"], columns=[["Cora", 5]], study="t"), "all_rows": ["C", "D"]}
+    write_snapshot([one_cell], {"t": narrow}, claims, paper, out, merge=True)
+    meta = json.loads((out / STUDIES).read_text())["t"]
+    assert meta["rows"] == ["C", "D"] and len(meta["columns"]) == len(make_meta(["C"])["columns"])
+    assert (out / "t.md").read_text() == table_before
+
+
 def test_writing_without_merge_keeps_only_the_given_runs(snapshot):
     out, claims, paper = snapshot
     write_snapshot([make_metrics({"E": every_cell(50.0)}, study="u")], {"u": make_meta(["E"], study="u")}, claims,

@@ -171,13 +171,25 @@ def merge_runs(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     return merged.sort_values("study", kind="stable").reset_index(drop=True)
 
 
+def merge_meta(old: Mapping, new: Mapping) -> dict:
+    """A study's meta after a merge: ``new``'s, with the rows and columns of the runs the snapshot keeps
+    (a run restricted by ``skip_runs`` or ``only_datasets`` does not hide the study's other runs); rows
+    in the order of the study file (``all_rows``), the old columns first."""
+    labels = {**old.get("labels", {}), **new["labels"]}
+    shown = set(labels.values()) | set(new.get("not_reproducible", {}))
+    rows = [label for label in new.get("all_rows", new["rows"]) if label in shown]
+    columns = [list(c) for c in old.get("columns", [])]
+    columns += [list(c) for c in new["columns"] if list(c) not in columns]
+    return {**new, "labels": labels, "rows": rows, "columns": columns}
+
+
 def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claims: list[dict],
                    paper_dir: str | Path, out_dir: str | Path, results_dir: str = "results",
                    allow_dirty: bool = False, merge: bool = False) -> dict[str, str]:
     """Write runs.csv and studies.json to ``out_dir`` (files of a previous snapshot are removed),
     then the files :func:`render` derives from them as read back; returns the rendered files.
-    ``merge`` keeps the previous snapshot's runs and studies and folds these in (:func:`merge_runs`;
-    a study's meta here replaces its old one), so that a snapshot grows run by run.
+    ``merge`` keeps the previous snapshot's runs and studies and folds these in (:func:`merge_runs`,
+    :func:`merge_meta`), so that a snapshot grows run by run.
     Runs made from a dirty tree are refused before anything is written, unless ``allow_dirty``."""
     from fglrepro.io import atomic_write_text
 
@@ -185,7 +197,8 @@ def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claim
     out = Path(out_dir)
     if merge and (out / RUNS).is_file():
         runs = merge_runs(read_runs(out / RUNS), runs)
-        metas = {**json.loads((out / STUDIES).read_text()), **metas}
+        previous = json.loads((out / STUDIES).read_text())
+        metas = {**previous, **{study: merge_meta(previous.get(study, {}), meta) for study, meta in metas.items()}}
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
         if old.is_file() and not old.name.endswith(PARTITION_STATS):
