@@ -68,8 +68,10 @@ class FeatureTranspose:
                                 binary=bool((values == 1).all()), pool=self.pool)
 
     def matmul(self, grad: Tensor) -> Tensor:
-        """``X^T grad``: ``grad [n, H]`` -> ``[D, H]``, written into buffers of :attr:`pool`
-        (a fresh multi-megabyte result per step costs more than the product itself)."""
+        """``X^T grad``: ``grad [n, H]`` -> ``[D, H]``. The CSR product and the scatter of kept rows
+        write into buffers of :attr:`pool` (a fresh multi-megabyte result per step costs more than the
+        product itself); the embedding bag of ``binary`` features allocates its result (it takes no
+        ``out``) and is still the faster of the two."""
         width = grad.size(1)
         if self.binary:
             product = F.embedding_bag(self.csr.col_indices(), grad, self.csr.crow_indices()[:-1], mode="sum")
