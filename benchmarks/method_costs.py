@@ -3,19 +3,26 @@
     .venv/bin/python benchmarks/method_costs.py [--repeats 3] [--datasets Cora CiteSeer]
         [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--before-src /path/to/old/src]
         [--merge earlier.csv ...] [--out benchmarks/METHOD_COSTS]
+        [--export jobs.json | --jobs jobs.json] [--device cpu|cuda] [--deadline SECONDS]
 
 The jobs are the workflow's own: the script reads every seed-0 training command from
 ``snakemake -n -p``, keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8) and has
-Snakemake build their prepared graphs and partitions. Each repetition runs, back to back so
-that they share the machine's load, every selected job and the FedAvg job of the same cell
-(:data:`FEDAVG`), each as a fresh ``fgl-train`` process with one thread; with ``--before-src``
-each also runs on that source tree (e.g. a ``git worktree`` of an earlier commit, put first on
-``PYTHONPATH``). Reported per method and cell: medians over repetitions of the process's CPU
-seconds (user + system: robust to other load; wall seconds too), FedAvg's, and their ratio,
-before and after. Writes ``<out>.csv`` (columns ``method, study, run, dataset, clients,
-seconds, fedavg_seconds, ratio, wall_seconds``, and ``before_*`` with ``--before-src``) and
-``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier output (e.g. the old code
-measured alone with ``--src old/src``), joined on study, run, dataset and clients.
+Snakemake build their prepared graphs and partitions. ``--export`` writes those commands to a
+JSON file and stops; ``--jobs`` reads them back instead of asking Snakemake, so a machine without
+Snakemake (a lent GPU node, given the built inputs) can measure them. Each repetition runs, back
+to back so that they share the machine's load, every selected job and the FedAvg job of the same
+cell (:data:`FEDAVG`), each as a fresh ``fgl-train`` process with one thread on ``--device``; with
+``--before-src`` each also runs on that source tree (e.g. a ``git worktree`` of an earlier commit,
+put first on ``PYTHONPATH``). Reported per method and cell: medians over repetitions of the
+process's seconds, FedAvg's, and their ratio, before and after: CPU seconds (user + system: robust
+to other load) on ``cpu``, wall seconds on ``cuda`` (a CUDA process's CPU time counts its waits
+for the device); wall seconds always in ``wall_seconds``. ``--share-reference`` measures a cell's
+FedAvg job once per repetition (before the cell's first method) rather than next to every method.
+``--deadline`` starts no measurement after that many seconds; ``repeats`` says how many repetitions
+each row got. The outputs are written after every repetition: ``<out>.csv`` (columns ``method,
+study, run, dataset, clients, seconds, fedavg_seconds, ratio, wall_seconds, repeats, device``, and
+``before_*`` with ``--before-src``) and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier output
+(e.g. the old code measured alone with ``--src old/src``), joined on study, run, dataset and clients.
 """
 
 from __future__ import annotations
@@ -53,7 +60,10 @@ def snakemake(*args: str) -> str:
     return subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True).stdout
 
 
-def training_jobs(studies: list[str], datasets: list[str]) -> dict[tuple[str, str, str, int], list[str]]:
+Key = tuple[str, str, str, int]
+
+
+def training_jobs(studies: list[str], datasets: list[str]) -> dict[Key, list[str]]:
     """``(study, run, dataset, clients) -> fgl-train argv`` of every seed-0 job of ``studies``."""
     config = ["--config", f"studies=[{','.join(studies)}]", "only_seeds=[0]", f"only_datasets=[{','.join(datasets)}]"]
     jobs = {}
@@ -68,11 +78,12 @@ def training_jobs(studies: list[str], datasets: list[str]) -> dict[tuple[str, st
     return jobs
 
 
-def measure(argv: list[str], src: Path, out: Path) -> tuple[float, float]:
+def measure(argv: list[str], src: Path, out: Path, device: str) -> tuple[float, float]:
     """CPU and wall seconds of one ``fgl-train`` process on the package at ``src``."""
     argv = list(argv)
     argv[argv.index("--out") + 1] = str(out)
     argv[argv.index("--threads") + 1] = "1"
+    argv[argv.index("--device") + 1] = device
     env = {**os.environ, "PYTHONPATH": str(src)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -81,6 +92,59 @@ def measure(argv: list[str], src: Path, out: Path) -> tuple[float, float]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+
+def cost_table(selected: list[Key], jobs: dict[Key, list[str]], samples: dict, trees: dict, device: str
+               ) -> pd.DataFrame:
+    """One row per selected job with at least one sample: medians of ``samples[prefix, key, label]``
+    (``(cpu, wall)`` pairs; ``label`` is ``"own"`` or ``"fedavg"``) per source tree ``prefix``."""
+    headline = 1 if device == "cuda" else 0
+    rows = []
+    for key in selected:
+        if ("", key, "own") not in samples:
+            continue
+        study, run, dataset, clients = key
+        spec = json.loads(jobs[key][jobs[key].index("--spec") + 1])
+        row = {"method": spec["method"], "study": study, "run": run, "dataset": dataset, "clients": clients}
+        for prefix in trees:
+            own, fedavg = samples[prefix, key, "own"], samples[prefix, key, "fedavg"]
+            seconds = statistics.median(sample[headline] for sample in own)
+            fedavg_seconds = statistics.median(sample[headline] for sample in fedavg)
+            row.update({f"{prefix}seconds": round(seconds, 2), f"{prefix}fedavg_seconds": round(fedavg_seconds, 2),
+                        f"{prefix}ratio": round(seconds / fedavg_seconds, 2),
+                        f"{prefix}wall_seconds": round(statistics.median(wall for _, wall in own), 2)})
+        rows.append({**row, "repeats": len(samples["", key, "own"]), "device": device})
+    return pd.DataFrame(rows)
+
+
+def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, device: str) -> None:
+    keys = ["study", "run", "dataset", "clients"]
+    for earlier in args.merge:
+        old = pd.read_csv(earlier)[keys + ["seconds", "fedavg_seconds", "ratio", "wall_seconds"]]
+        table = table.merge(old.rename(columns=lambda c: c if c in keys else f"before_{c}"), on=keys, how="left")
+    table.to_csv(f"{args.out}.csv", index=False)
+    measured = ("wall seconds of the whole `fgl-train` process on the GPU (its CPU seconds count its waits "
+                "for the device)" if device == "cuda" else
+                "CPU seconds (user + system) of the whole `fgl-train` process, one thread")
+    gpu = f" GPU: {torch_device_name()}." if device == "cuda" else ""
+    header = [
+        "# Cost of each method's run relative to FedAvg on the same cell", "",
+        f"Written by `benchmarks/method_costs.py` ({start}; up to {args.repeats} repetitions, medians; "
+        "`repeats`: how many each row got).", "",
+        f"Machine: {machine()}; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after.{gpu}",
+        f"`seconds`: {measured}; `fedavg_seconds`: the FedAvg job of the same cell measured "
+        + ("once per repetition, before the cell's first method; " if args.share_reference else "right next to it; ")
+        + "`ratio` = seconds / fedavg_seconds."
+        + (f" `before_*`: the same on the source tree `{args.before_src}`." if args.before_src else "")
+        + (f" `before_*` from {', '.join(map(str, args.merge))}." if args.merge else ""), "",
+    ]
+    Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n")
+
+
+def torch_device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 def main() -> None:
@@ -93,54 +157,46 @@ def main() -> None:
     parser.add_argument("--before-src", type=Path, help="source tree of the code to compare with")
     parser.add_argument("--merge", type=Path, nargs="+", default=[],
                         help="earlier outputs whose seconds, fedavg_seconds, ratio become before_*")
+    parser.add_argument("--export", type=Path, help="write the selected jobs' commands to this JSON file and stop")
+    parser.add_argument("--jobs", type=Path, help="read the jobs' commands from an --export file, not Snakemake")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--deadline", type=float, help="start no measurement after this many seconds")
+    parser.add_argument("--share-reference", action="store_true",
+                        help="measure each cell's FedAvg once per repetition, not next to every method")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "METHOD_COSTS"))
     args = parser.parse_args()
-    jobs = training_jobs(sorted(set(args.studies) | {FEDAVG[s][0] for s in args.studies}), args.datasets)
-    selected = [key for key in jobs if key[0] in args.studies and key[3] == CLIENTS.get(key[0], 10)
-                and (not args.runs or key[1].split("@")[0] in args.runs)]
+    studies = sorted(set(args.studies) | {FEDAVG[s][0] for s in args.studies})
+    if args.jobs:
+        jobs = {tuple(job["key"]): job["argv"] for job in json.loads(args.jobs.read_text())}
+    else:
+        jobs = training_jobs(studies, args.datasets)
+    selected = sorted(key for key in jobs if key[0] in args.studies and key[2] in args.datasets
+                      and key[3] == CLIENTS.get(key[0], 10) and (not args.runs or key[1].split("@")[0] in args.runs))
+    if args.export:
+        needed = sorted(set(selected) | {(*FEDAVG[key[0]], key[2], key[3]) for key in selected})
+        args.export.write_text(json.dumps([{"key": key, "argv": jobs[key]} for key in needed], indent=1))
+        return
     trees = {"": args.src, **({"before_": args.before_src} if args.before_src else {})}
     samples: dict[tuple, list[tuple[float, float]]] = {}
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load_before = os.getloadavg()[0]
+    began, load_before = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
-            for key in sorted(selected):
+            shared = {}
+            for key in selected:
+                if args.deadline and time.perf_counter() - began > args.deadline:
+                    break
                 study, _, dataset, clients = key
                 reference = (*FEDAVG[study], dataset, clients)
                 for prefix, src in trees.items():
-                    for job, label in ((reference, "fedavg"), (key, "own")):
-                        samples.setdefault((prefix, key, label), []).append(
-                            measure(jobs[job], src, Path(tmp) / "run.json"))
+                    if not args.share_reference or (prefix, reference) not in shared:
+                        shared[prefix, reference] = measure(jobs[reference], src, Path(tmp) / "run.json", args.device)
+                    samples.setdefault((prefix, key, "fedavg"), []).append(shared[prefix, reference])
+                    samples.setdefault((prefix, key, "own"), []).append(
+                        measure(jobs[key], src, Path(tmp) / "run.json", args.device))
                 print(f"repeat {repeat + 1}/{args.repeats}: {key}", flush=True)
-    rows = []
-    for key in sorted(selected):
-        study, run, dataset, clients = key
-        spec = json.loads(jobs[key][jobs[key].index("--spec") + 1])
-        row = {"method": spec["method"], "study": study, "run": run, "dataset": dataset, "clients": clients}
-        for prefix in trees:
-            own, fedavg = samples[prefix, key, "own"], samples[prefix, key, "fedavg"]
-            seconds = statistics.median(cpu for cpu, _ in own)
-            fedavg_seconds = statistics.median(cpu for cpu, _ in fedavg)
-            row.update({f"{prefix}seconds": round(seconds, 2), f"{prefix}fedavg_seconds": round(fedavg_seconds, 2),
-                        f"{prefix}ratio": round(seconds / fedavg_seconds, 2),
-                        f"{prefix}wall_seconds": round(statistics.median(wall for _, wall in own), 2)})
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    keys = ["study", "run", "dataset", "clients"]
-    for earlier in args.merge:
-        old = pd.read_csv(earlier)[keys + ["seconds", "fedavg_seconds", "ratio", "wall_seconds"]]
-        table = table.merge(old.rename(columns=lambda c: c if c in keys else f"before_{c}"), on=keys, how="left")
-    table.to_csv(f"{args.out}.csv", index=False)
-    header = [
-        "# Cost of each method's run relative to FedAvg on the same cell", "",
-        f"Written by `benchmarks/method_costs.py` ({start}; {args.repeats} repetitions, medians).", "",
-        f"Machine: {machine()}; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after.",
-        "`seconds`: CPU seconds (user + system) of the whole `fgl-train` process, one thread; `fedavg_seconds`: "
-        "the FedAvg job of the same cell measured right next to it; `ratio` = seconds / fedavg_seconds."
-        + (f" `before_*`: the same on the source tree `{args.before_src}`." if args.before_src else "")
-        + (f" `before_*` from {', '.join(map(str, args.merge))}." if args.merge else ""), "",
-    ]
-    Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n")
+            table = cost_table(selected, jobs, samples, trees, args.device)
+            write_outputs(table, args, start, load_before, args.device)
     print(table.to_markdown(index=False))
 
 
