@@ -3,7 +3,8 @@
 #   1. the raw Cora and CiteSeer files bundled in resources/ prepared there (as the workflow does);
 #   2. the CUDA tests: the engine's CUDA-vs-CPU check and every main-table row on CUDA (test_cuda.py);
 #   3. benchmarks/method_costs.py on CUDA: FedGKC and FedSage+ on Cora-10 and CiteSeer-10 against
-#      FedAvg (3 repetitions), then the other heavy methods on Cora-10 (1 repetition).
+#      FedAvg (3 repetitions), then the other heavy methods on Cora-10 (1 repetition), then FedGKC and
+#      FedAvg on Cora-10 on the same machine's CPU (one thread) for a same-machine comparison.
 # Expects, prepared here: the jobs of method_costs.py --export in .gpu/jobs.json, their partitions in
 # results/partitions (carried) and, where the machine lacks them, wheels in .whl/ (carried).
 # Writes its logs and tables under $OUT (default: results/gpu). DEVICE=cpu rehearses it on a machine
@@ -33,3 +34,5 @@ python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device $DEVICE --shar
 python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device $DEVICE --share-reference --datasets Cora \
     --studies fedgkc_table1 fedgkd_table1 fedgls_table1 fedtad_table2 opfgl_table1 \
     --runs fedkd fml fedgkd fedgls fedtad opfgl --repeats 1 --deadline "${OTHER_DEADLINE:-110}" --out "$OUT/GPU_COSTS_OTHER"
+python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device cpu --datasets Cora --studies fedgkc_table1 \
+    --runs fedgkc --repeats 1 --out "$OUT/GPU_COSTS_HOSTCPU"
