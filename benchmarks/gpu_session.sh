@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks of a lent GPU machine, in one command (see benchmarks/README.md, "GPU"):
 #   1. the raw Cora and CiteSeer files bundled in resources/ prepared there (as the workflow does);
-#   2. the CUDA tests: the engine's CUDA-vs-CPU check and every main-table row on CUDA (test_cuda.py);
+#   2. the CUDA tests: the engine's CUDA-vs-CPU check and every method of the studies on CUDA (test_cuda.py);
 #   3. benchmarks/method_costs.py on CUDA: FedGKC and FedSage+ on Cora-10 and CiteSeer-10 against
 #      FedAvg (3 repetitions), then the other heavy methods on Cora-10 (1 repetition), then FedGKC and
 #      FedAvg on Cora-10 on the same machine's CPU (one thread) for a same-machine comparison.
@@ -26,13 +26,13 @@ for dataset in Cora CiteSeer; do
     python3 -m fglrepro.cli.data prepare --dataset $dataset --root data/raw --record $record \
         --largest-component --normalize-features --out data/prepared/$dataset/lcc-norm.pt || exit 1
 done
-timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_cuda.py 2>&1 \
+timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_cuda.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -5
 python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device $DEVICE --share-reference \
-    --studies fedtad_table2 fedgkc_table1 --runs fedgkc fedsage_plus --repeats 3 --deadline "${MAIN_DEADLINE:-220}" \
+    --studies fedtad_table2 fedgkc_table1 --runs fedgkc fedsage_plus --repeats 3 --deadline "${MAIN_DEADLINE:-180}" \
     --out "$OUT/GPU_COSTS_MAIN"
 python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device $DEVICE --share-reference --datasets Cora \
     --studies fedgkc_table1 fedgkd_table1 fedgls_table1 fedtad_table2 opfgl_table1 \
-    --runs fedkd fml fedgkd fedgls fedtad opfgl --repeats 1 --deadline "${OTHER_DEADLINE:-110}" --out "$OUT/GPU_COSTS_OTHER"
+    --runs fedkd fml fedgkd fedgls fedtad opfgl --repeats 1 --deadline "${OTHER_DEADLINE:-80}" --out "$OUT/GPU_COSTS_OTHER"
 python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device cpu --datasets Cora --studies fedgkc_table1 \
     --runs fedgkc --repeats 1 --out "$OUT/GPU_COSTS_HOSTCPU"

@@ -18,11 +18,13 @@ process's seconds, FedAvg's, and their ratio, before and after: CPU seconds (use
 to other load) on ``cpu``, wall seconds on ``cuda`` (a CUDA process's CPU time counts its waits
 for the device); wall seconds always in ``wall_seconds``. ``--share-reference`` measures a cell's
 FedAvg job once per repetition (before the cell's first method) rather than next to every method.
-``--deadline`` starts no measurement after that many seconds; ``repeats`` says how many repetitions
-each row got. The outputs are written after every repetition: ``<out>.csv`` (columns ``method,
-study, run, dataset, clients, seconds, fedavg_seconds, ratio, wall_seconds, repeats, device``, and
-``before_*`` with ``--before-src``) and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier output
-(e.g. the old code measured alone with ``--src old/src``), joined on study, run, dataset and clients.
+A job that fails is reported (its last error line) and not run again. ``--deadline`` starts no
+measurement after that many seconds; ``repeats`` says how many repetitions each row got. The
+outputs are written after every repetition: ``<out>.csv`` (columns ``method, study, run, dataset,
+clients, seconds, fedavg_seconds, ratio, wall_seconds, repeats, device``, and ``before_*`` with
+``--before-src``) and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier
+output (e.g. the old code measured alone with ``--src old/src``), joined on study, run, dataset
+and clients.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def cost_table(selected: list[Key], jobs: dict[Key, list[str]], samples: dict, t
     return pd.DataFrame(rows)
 
 
-def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, device: str) -> None:
+def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, device: str,
+                  failed: dict[Key, str]) -> None:
     keys = ["study", "run", "dataset", "clients"]
     for earlier in args.merge:
         old = pd.read_csv(earlier)[keys + ["seconds", "fedavg_seconds", "ratio", "wall_seconds"]]
@@ -138,7 +141,8 @@ def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, dev
         + (f" `before_*`: the same on the source tree `{args.before_src}`." if args.before_src else "")
         + (f" `before_*` from {', '.join(map(str, args.merge))}." if args.merge else ""), "",
     ]
-    Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n")
+    failures = "".join(f"\nFailed: {' '.join(map(str, key))}: {reason}\n" for key, reason in failed.items())
+    Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n" + failures)
 
 
 def torch_device_name() -> str:
@@ -178,6 +182,7 @@ def main() -> None:
         return
     trees = {"": args.src, **({"before_": args.before_src} if args.before_src else {})}
     samples: dict[tuple, list[tuple[float, float]]] = {}
+    failed: dict[Key, str] = {}
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     began, load_before = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,17 +191,25 @@ def main() -> None:
             for key in selected:
                 if args.deadline and time.perf_counter() - began > args.deadline:
                     break
+                if key in failed:
+                    continue
                 study, _, dataset, clients = key
                 reference = (*FEDAVG[study], dataset, clients)
-                for prefix, src in trees.items():
-                    if not args.share_reference or (prefix, reference) not in shared:
-                        shared[prefix, reference] = measure(jobs[reference], src, Path(tmp) / "run.json", args.device)
-                    samples.setdefault((prefix, key, "fedavg"), []).append(shared[prefix, reference])
-                    samples.setdefault((prefix, key, "own"), []).append(
-                        measure(jobs[key], src, Path(tmp) / "run.json", args.device))
+                try:
+                    for prefix, src in trees.items():
+                        if not args.share_reference or (prefix, reference) not in shared:
+                            shared[prefix, reference] = measure(jobs[reference], src, Path(tmp) / "run.json",
+                                                                args.device)
+                        own = measure(jobs[key], src, Path(tmp) / "run.json", args.device)
+                        samples.setdefault((prefix, key, "fedavg"), []).append(shared[prefix, reference])
+                        samples.setdefault((prefix, key, "own"), []).append(own)
+                except subprocess.CalledProcessError as err:
+                    failed[key] = err.stderr.decode().strip().splitlines()[-1]
+                    print(f"failed: {key}: {failed[key]}", flush=True)
+                    continue
                 print(f"repeat {repeat + 1}/{args.repeats}: {key}", flush=True)
-            table = cost_table(selected, jobs, samples, trees, args.device)
-            write_outputs(table, args, start, load_before, args.device)
+            table = cost_table([key for key in selected if key not in failed], jobs, samples, trees, args.device)
+            write_outputs(table, args, start, load_before, args.device, failed)
     print(table.to_markdown(index=False))
 
 

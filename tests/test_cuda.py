@@ -1,7 +1,8 @@
-"""Every row of the five papers' main tables trains on each device there is (CPU always, CUDA where a
-GPU is present): the study file's own entry, two short rounds, through the training CLI's
-``execute`` on the CLI tests' small graph. On a GPU this is the check that no method leaves a
-tensor on the CPU (a device mismatch raises) and that every method stays finite there."""
+"""Every row of the five papers' main tables, and every other method of the studies, trains on each
+device there is (CPU always, CUDA where a GPU is present): the study file's own entry, two short
+rounds, through the training CLI's ``execute`` on the CLI tests' small graph. On a GPU this is the
+check that no method leaves a tensor on the CPU (a device mismatch raises) and that every method
+stays finite there."""
 
 from __future__ import annotations
 
@@ -17,24 +18,27 @@ from fglrepro.validation import merge
 
 MAIN_TABLES = ("fedgkd_table1", "fedgkc_table1", "fedgls_table1", "fedtad_table2", "opfgl_table1")
 #: hyperparameters that must shrink with the two rounds (the rest stay the study's)
-SHORT = {"fedsage_plus": {"generator_rounds": 1}}
+SHORT = {"fedsage_plus": {"generator_rounds": 1}, "adafgl": {"fedavg_rounds": 1}}
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                 reason="needs a CUDA device"))]
 
 
-def main_table_specs() -> dict[str, dict]:
-    """``study/run -> fgl-train spec`` of every training row of :data:`MAIN_TABLES` (a grid's first
-    point), shortened to two rounds (one-shot methods: their one) of one local epoch on 3 clients."""
-    specs = {}
-    for name in MAIN_TABLES:
-        study = read_yaml(REPO / "config" / "studies" / f"{name}.yaml")
+def study_specs() -> dict[str, dict]:
+    """``study/run -> fgl-train spec`` of every training row of :data:`MAIN_TABLES` and of the first
+    row (studies in name order) of every other method, a grid's first point, shortened to two rounds
+    (one-shot methods: their one) of one local epoch on 3 clients."""
+    specs, methods = {}, set()
+    paths = sorted((REPO / "config" / "studies").glob("*.yaml"), key=lambda p: (p.stem not in MAIN_TABLES, p.stem))
+    for path in paths:
+        study = read_yaml(path)
         for run, entry in study["runs"].items():
-            if "method" not in entry:
+            if "method" not in entry or (path.stem not in MAIN_TABLES and entry["method"] in methods):
                 continue
+            methods.add(entry["method"])
             entry = point_entry(entry, run_ids(run, entry)[0])
             train = merge(study.get("train", {}), entry.get("train", {}))
-            specs[f"{name}/{run}"] = {
-                "study": name, "run": run, "method": entry["method"],
+            specs[f"{path.stem}/{run}"] = {
+                "study": path.stem, "run": run, "method": entry["method"],
                 "hparams": {**entry.get("hparams", {}), **SHORT.get(entry["method"], {})},
                 "model": merge(study.get("model", {}), entry.get("model", {})),
                 "train": {**train, "rounds": min(train.get("rounds", 2), 2), "local_epochs": 1},
@@ -44,7 +48,7 @@ def main_table_specs() -> dict[str, dict]:
     return specs
 
 
-SPECS = main_table_specs()
+SPECS = study_specs()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -385,7 +385,7 @@ class GroupedRole:
                 batch = ClientBatch.of(clients, members)
                 offsets = (batch.sizes.cumsum(0) - batch.sizes).tolist()
                 edges = torch.cat([c.edge_index + o for c, o in zip(clients, offsets)], dim=1)
-                positions = torch.cat([torch.arange(starts[k], starts[k] + c.num_nodes)
+                positions = torch.cat([torch.arange(starts[k], starts[k] + c.num_nodes, device=c.x.device)
                                        for k, c in zip(members, clients)])
                 parts.append(_Part(group, rows, GraphView.of(batch), edges, positions))
             self._parts[key] = (parts, torch.argsort(torch.cat([p.positions for p in parts])))
@@ -397,7 +397,7 @@ class GroupedRole:
         self._live = []
         for part in parts:
             everyone = len(part.rows) == len(part.group.members)
-            rows = torch.tensor(part.rows)
+            rows = torch.tensor(part.rows, device=part.group.stacks[0].device)
             params = [(s if everyone else s.index_select(0, rows)).detach().requires_grad_(True)
                       for s in part.group.stacks]
             self._live.append((part, params))
@@ -417,7 +417,7 @@ class GroupedRole:
         """Write the live rows of partial groups back into the stacks."""
         for part, params in self._live:
             if len(part.rows) < len(part.group.members):
-                rows = torch.tensor(part.rows)
+                rows = torch.tensor(part.rows, device=part.group.stacks[0].device)
                 for stack, p in zip(part.group.stacks, params):
                     stack.index_copy_(0, rows, p.detach())
         self._live = []

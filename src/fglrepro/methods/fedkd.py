@@ -135,7 +135,7 @@ class FedKD(GroupedUpdates, FederatedMethod):
         for k, state in enumerate(self.states):
             state.modules["mentee"] = copy.deepcopy(federation.model)
             state.modules["hidden_map"] = nn.Linear(mentee_width, hidden_width(state.model, self.clients[k]),
-                                                    bias=False)
+                                                    bias=False).to(self.clients[k].x.device)
         #: what clients receive after the server step: (sent in full, SVD factors)
         self.download: tuple[dict[str, Tensor], dict[str, Tensor]] | None = None
 

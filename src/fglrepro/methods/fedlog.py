@@ -219,9 +219,8 @@ class FedLoGModel(nn.Module):
         self.norm_tail = nn.LayerNorm(embed_dim)
         rows = num_classes * num_proto
         bound = math.sqrt(6.0 / (rows + num_features))
-        device = next(embedder.parameters()).device
-        self.syn_head = nn.Parameter(((torch.rand(rows, num_features, generator=generator) * 2 - 1) * bound).to(device))
-        self.syn_tail = nn.Parameter(((torch.rand(rows, num_features, generator=generator) * 2 - 1) * bound).to(device))
+        self.syn_head = nn.Parameter((torch.rand(rows, num_features, generator=generator) * 2 - 1) * bound)
+        self.syn_tail = nn.Parameter((torch.rand(rows, num_features, generator=generator) * 2 - 1) * bound)
         self.num_classes, self.num_proto, self.head_degree = num_classes, num_proto, head_degree
 
     def prototypes(self) -> tuple[Tensor, Tensor]:
@@ -453,7 +452,7 @@ class FedLoG(FederatedMethod):
             embedder = GCN(num_features, template.hidden, hparams.embed_dim, layers=template.layers,
                            dropout=template.dropout).to(first.x.device)
             state.model = FedLoGModel(embedder, num_features, num_classes, hparams.embed_dim, hparams.num_proto,
-                                      hparams.head_degree, federation.generator)
+                                      hparams.head_degree, federation.generator).to(first.x.device)
             state.modules["generator"] = NeighbourGenerator(num_features).to(first.x.device)
         #: clients that pretrained (their first round) and uploaded their generator
         self.pretrained: set[int] = set()
