@@ -26,7 +26,7 @@ for dataset in Cora CiteSeer; do
     python3 -m fglrepro.cli.data prepare --dataset $dataset --root data/raw --record $record \
         --largest-component --normalize-features --out data/prepared/$dataset/lcc-norm.pt || exit 1
 done
-timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_cuda.py 2>&1 \
+timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_engine.py tests/test_cuda.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -5
 python3 benchmarks/method_costs.py --jobs .gpu/jobs.json --device $DEVICE --share-reference \
     --studies fedtad_table2 fedgkc_table1 --runs fedgkc fedsage_plus --repeats 3 --deadline "${MAIN_DEADLINE:-180}" \

@@ -19,8 +19,8 @@ from fglrepro.validation import merge
 MAIN_TABLES = ("fedgkd_table1", "fedgkc_table1", "fedgls_table1", "fedtad_table2", "opfgl_table1")
 #: hyperparameters that must shrink with the two rounds (the rest stay the study's)
 SHORT = {"fedsage_plus": {"generator_rounds": 1}, "adafgl": {"fedavg_rounds": 1}}
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                reason="needs a CUDA device"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                                   reason="needs a CUDA device")])]
 
 
 def study_specs() -> dict[str, dict]:

@@ -177,6 +177,7 @@ def test_vectorised_engine_is_refused_where_it_cannot_run():
         TrainConfig(engine="fast")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_engine_on_cuda_follows_the_cpu_run(cora):
     """Without dropout the CUDA engine and the CPU reference differ by float rounding only."""
