@@ -20,7 +20,7 @@ for the device); wall seconds always in ``wall_seconds``. ``--share-reference`` 
 FedAvg job once per repetition (before the cell's first method) rather than next to every method.
 A job that fails is reported (its last error line) and not run again. ``--deadline`` starts no
 measurement after that many seconds; ``repeats`` says how many repetitions each row got. The
-outputs are written after every repetition: ``<out>.csv`` (columns ``method, study, run, dataset,
+outputs are written after every measured job: ``<out>.csv`` (columns ``method, study, run, dataset,
 clients, seconds, fedavg_seconds, ratio, wall_seconds, repeats, device``, and ``before_*`` with
 ``--before-src``) and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier
 output (e.g. the old code measured alone with ``--src old/src``), joined on study, run, dataset
@@ -208,9 +208,10 @@ def main() -> None:
                     print(f"failed: {key}: {failed[key]}", flush=True)
                     continue
                 print(f"repeat {repeat + 1}/{args.repeats}: {key}", flush=True)
-            table = cost_table([key for key in selected if key not in failed], jobs, samples, trees, args.device)
-            write_outputs(table, args, start, load_before, args.device, failed)
-    print(table.to_markdown(index=False))
+                table = cost_table([key for key in selected if key not in failed], jobs, samples, trees, args.device)
+                write_outputs(table, args, start, load_before, args.device, failed)
+    print(cost_table([key for key in selected if key not in failed], jobs, samples, trees, args.device)
+          .to_markdown(index=False))
 
 
 if __name__ == "__main__":

@@ -245,7 +245,7 @@ class FIARSE(GroupedUpdates, FederatedMethod):
                 positions = self.extractions[k].positions
                 w = upload.weight if self.hparams.sample_weighted else 1.0
                 total.index_add_(0, positions, w * torch.cat([upload.params[name] for name in self.params]))
-                weight.index_add_(0, positions, torch.full(positions.shape, w, dtype=weight.dtype))
+                weight.index_add_(0, positions, torch.full_like(positions, w, dtype=weight.dtype))
             theta = torch.where(weight > 0, theta + self.hparams.server_lr * total / weight, theta)
             for p, value in zip(self.params.values(), theta.split(self.numels)):
                 p.copy_(value.view_as(p))
