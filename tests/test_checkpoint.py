@@ -193,3 +193,32 @@ def test_a_stop_signal_is_not_swallowed_by_library_code_catching_exception():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def test_a_stop_signal_inside_an_import_waits_for_the_import_to_finish(tmp_path, monkeypatch):
+    """A Ctrl-C that lands while a module is being imported (the training CLI imports torch after its
+    start line) lets the import finish, then stops the run: raising inside a C extension's import
+    breaks it for the process (a fresh-clone CI run ended in numpy's ImportError instead of a stop)."""
+    from fglrepro.cli.train import Stopped, raise_on_stop_signals
+
+    (tmp_path / "slow_module_under_a_signal.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.3)\n"
+        "finished = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    raise_on_stop_signals()
+    imported = False
+    try:
+        with pytest.raises(Stopped):
+            import slow_module_under_a_signal
+
+            imported = slow_module_under_a_signal.finished
+            time.sleep(5)  # the signal, delivered again after the import, stops this
+        assert imported, "the stop interrupted the import"
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sys.modules.pop("slow_module_under_a_signal", None)
+

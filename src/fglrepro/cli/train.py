@@ -95,9 +95,27 @@ def stop_with_workflow(interval_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="workflow-watch", daemon=True).start()
 
 
-def raise_on_stop_signals() -> None:
-    """SIGTERM and SIGINT raise :class:`Stopped` (instead of dying without a word)."""
-    def handler(signum, _frame):
+def importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (a frame of Python's import machinery below it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def raise_on_stop_signals(retry_s: float = 0.05) -> None:
+    """SIGTERM and SIGINT raise :class:`Stopped` (instead of dying without a word). A signal that
+    lands inside an import is delivered again ``retry_s`` later: an exception raised halfway through
+    a C extension's import (numpy's, under torch) breaks that module for the process, and the run
+    would end in an ``ImportError`` instead of a stop."""
+    import os
+    import threading
+
+    def handler(signum, frame):
+        if importing(frame):
+            threading.Timer(retry_s, os.kill, (os.getpid(), signum)).start()
+            return
         raise Stopped(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
