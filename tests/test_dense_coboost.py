@@ -142,3 +142,30 @@ def test_coboost_hard_samples_increase_the_disagreement(sbm):
 def test_bad_hparams_name_the_key():
     with pytest.raises(ConfigError, match="hparams.student"):
         from_dict(DENSEHparams, {"student": "shared"}, "hparams of dense")
+
+
+def test_a_student_whose_distillation_loss_is_not_finite_stops_the_run_there():
+    """Data-free distillation that blows up (a student's logits reach inf) raises Diverged in the
+    server step, naming the student and the epoch, instead of handing NaN weights to the clients."""
+    from fglrepro.components.generator import distill_students
+    from fglrepro.fl.kernel_optimizer import KernelOptimizer
+    from fglrepro.fl.training import Diverged
+
+    class Student(torch.nn.Linear):
+        def forward(self, x, adj):
+            return super().forward(x)
+
+    students = [Student(4, 3), Student(4, 3)]
+    optimizers = [KernelOptimizer(s.parameters(), lr=0.1) for s in students]
+    calls = []
+
+    def loss(logits, target):
+        calls.append(len(calls))
+        scale = float("inf") if len(calls) > 5 else 1.0  # the second student's first epoch
+        return (logits * scale - target).square().mean()
+
+    with pytest.raises(Diverged, match=r"student 1's loss became (nan|inf) in distillation epoch 1 of 3"):
+        distill_students(students, optimizers, epochs=3, steps=3,
+                         draw_batch=lambda: (torch.randn(8, 4), None),
+                         targets=lambda x, adj: torch.zeros(8, 3),
+                         student_loss=lambda logits, target: loss(logits, target))

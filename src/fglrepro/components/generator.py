@@ -28,6 +28,7 @@ from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.engine import StackedGCN
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.method import FederatedMethod, Upload
+from fglrepro.fl.training import Diverged
 from fglrepro.models import GCN, bernoulli_dropout, propagate_once
 
 
@@ -246,14 +247,20 @@ def distill_students(
     graph ``(x [B, F], adj [B, B])`` returned by ``draw_batch`` (which runs the epoch's
     generator steps), takes the teachers' ``targets(x, adj)`` without gradient, then gives
     every student ``steps`` optimiser steps on ``student_loss(student(x, adj), targets)``
-    in training mode."""
-    for _ in range(epochs):
+    in training mode. A student whose last loss of an epoch is not finite raises
+    :class:`~fglrepro.fl.training.Diverged` naming the student and the epoch (otherwise the run
+    would go on with NaN weights and fail later, where the cause is not visible)."""
+    for epoch in range(epochs):
         x, adj = draw_batch()
         with torch.no_grad():
             target = targets(x, adj)
-        for student, optimizer in zip(students, optimizers):
+        for index, (student, optimizer) in enumerate(zip(students, optimizers)):
             student.train().requires_grad_(True)
             for _ in range(steps):
                 optimizer.zero_grad(set_to_none=True)
-                student_loss(student(x, adj), target).backward()
+                loss = student_loss(student(x, adj), target)
+                loss.backward()
                 optimizer.step()
+            if not torch.isfinite(loss.detach()):
+                raise Diverged(f"server distillation: student {index}'s loss became {loss.item()} in "
+                               f"distillation epoch {epoch + 1} of {epochs}")
