@@ -221,4 +221,3 @@ def test_a_stop_signal_inside_an_import_waits_for_the_import_to_finish(tmp_path,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sys.modules.pop("slow_module_under_a_signal", None)
-

@@ -164,8 +164,9 @@ def test_a_student_whose_distillation_loss_is_not_finite_stops_the_run_there():
         scale = float("inf") if len(calls) > 5 else 1.0  # the second student's first epoch
         return (logits * scale - target).square().mean()
 
+    batches = {"draw_batch": lambda: (torch.randn(8, 4), None), "targets": lambda x, adj: torch.zeros(8, 3)}
     with pytest.raises(Diverged, match=r"student 1's loss became (nan|inf) in distillation epoch 1 of 3"):
-        distill_students(students, optimizers, epochs=3, steps=3,
-                         draw_batch=lambda: (torch.randn(8, 4), None),
-                         targets=lambda x, adj: torch.zeros(8, 3),
-                         student_loss=lambda logits, target: loss(logits, target))
+        distill_students(students, optimizers, epochs=3, steps=3, student_loss=loss, **batches)
+    before = [p.detach().clone() for p in students[0].parameters()]
+    distill_students(students, optimizers, epochs=2, steps=0, student_loss=loss, **batches)  # no step: no check
+    assert all(torch.equal(a, b) for a, b in zip(before, students[0].parameters()))

@@ -256,11 +256,12 @@ def distill_students(
             target = targets(x, adj)
         for index, (student, optimizer) in enumerate(zip(students, optimizers)):
             student.train().requires_grad_(True)
+            loss = None
             for _ in range(steps):
                 optimizer.zero_grad(set_to_none=True)
                 loss = student_loss(student(x, adj), target)
                 loss.backward()
                 optimizer.step()
-            if not torch.isfinite(loss.detach()):
+            if loss is not None and not torch.isfinite(loss.detach()):
                 raise Diverged(f"server distillation: student {index}'s loss became {loss.item()} in "
                                f"distillation epoch {epoch + 1} of {epochs}")
