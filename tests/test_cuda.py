@@ -51,24 +51,15 @@ def study_specs() -> dict[str, dict]:
 SPECS = study_specs()
 
 
-@pytest.fixture(autouse=True)
-def process_switches():
-    """``execute`` turns the fast kernels and fast dropout on for the whole process, as the CLI's
-    one run may; restored after each test so that later tests see the defaults."""
-    from fglrepro.models import fast_dropout_enabled, fast_kernels_enabled, set_fast_dropout, set_fast_kernels
-
-    kernels, dropout = fast_kernels_enabled(), fast_dropout_enabled()
-    yield
-    set_fast_kernels(kernels)
-    set_fast_dropout(dropout)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("row", sorted(SPECS))
 def test_main_table_row_trains_on_the_device(cli_inputs, row, device):
     from fglrepro.cli.train import execute
+    from fglrepro.models import fast_dropout_enabled, fast_kernels_enabled
 
+    switches = fast_kernels_enabled(), fast_dropout_enabled()
     record = execute(SPECS[row], str(cli_inputs / "g.pt"), str(cli_inputs / "p.pt"), device)
+    assert (fast_kernels_enabled(), fast_dropout_enabled()) == switches  # scoped to the run
     assert record["status"] == "ok", record.get("error")
     assert record["device"].startswith(device)
     best = record["metrics"]["best"]["weighted"]

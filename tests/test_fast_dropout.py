@@ -3,26 +3,13 @@ come with the fast kernels: the same distribution / the same update, and off the
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from fglrepro import models
 from fglrepro.config import ModelConfig, TrainConfig, from_dict
 from fglrepro.fl.training import make_optimizer
-from fglrepro.models import build_model, dropout, fast_kernels, set_fast_dropout
-
-
-@contextlib.contextmanager
-def fast_dropout(enabled: bool = True):
-    previous = models._fast_dropout
-    set_fast_dropout(enabled)
-    try:
-        yield
-    finally:
-        set_fast_dropout(previous)
+from fglrepro.models import build_model, dropout, fast_dropout, fast_kernels
 
 
 def test_off_it_is_torch_dropout_draw_for_draw():

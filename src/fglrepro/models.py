@@ -110,6 +110,17 @@ def fast_kernels(enabled: bool = True) -> Iterator[None]:
         set_fast_kernels(previous)
 
 
+@contextlib.contextmanager
+def fast_dropout(enabled: bool = True) -> Iterator[None]:
+    """:func:`set_fast_dropout` for the duration of a ``with`` block (restored after)."""
+    previous = _fast_dropout
+    set_fast_dropout(enabled)
+    try:
+        yield
+    finally:
+        set_fast_dropout(previous)
+
+
 T = TypeVar("T")
 
 

@@ -189,7 +189,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
     from fglrepro.fl.method import Federation, RunSetup, vectorised_obstacle
     from fglrepro.fl.training import Diverged
     from fglrepro.methods import build_method, check_method, resolve_method
-    from fglrepro.models import build_model, set_fast_dropout, set_fast_kernels
+    from fglrepro.models import build_model, fast_dropout, fast_kernels
     from fglrepro.partition.data import Partition
     from fglrepro.provenance import provenance
 
@@ -218,47 +218,47 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
     engine = "sequential" if train_cfg.engine == "sequential" else "per-client"
     evaluator = EvaluateEach(**test_options)
     obstacle = vectorised_obstacle(method_spec.capabilities, model_cfg)
-    set_fast_kernels(train_cfg.engine != "sequential")  # sparse first layers, cached propagation
-    set_fast_dropout(train_cfg.engine != "sequential")
-    if train_cfg.engine != "sequential" and obstacle is None:
-        from fglrepro.fl.engine import BatchedEvaluator, VectorisedEngine
+    fast = train_cfg.engine != "sequential"
+    with fast_kernels(fast), fast_dropout(fast):  # sparse first layers, cached propagation, fast masks
+        if fast and obstacle is None:
+            from fglrepro.fl.engine import BatchedEvaluator, VectorisedEngine
 
-        federation.engine = VectorisedEngine(federation)
-        engine, evaluator = "vectorised", BatchedEvaluator(federation.engine, **test_options)
-    elif train_cfg.engine == "auto":
-        log.info("engine auto: per-client loop with fast kernels, %s", obstacle)
-    method = build_method(method_spec, federation)
+            federation.engine = VectorisedEngine(federation)
+            engine, evaluator = "vectorised", BatchedEvaluator(federation.engine, **test_options)
+        elif train_cfg.engine == "auto":
+            log.info("engine auto: per-client loop with fast kernels, %s", obstacle)
+        method = build_method(method_spec, federation)
 
-    record = {
-        **spec,
-        "hparams": as_dict(method_spec.hparams), "model": as_dict(model_cfg), "train": as_dict(train_cfg),
-        "evaluation": as_dict(eval_cfg), "engine": engine,
-        "device": str(device), "host": platform.node(), "torch_version": torch.__version__,
-        "package_version": fglrepro.__version__, **provenance(),  # git commit and dirty flag, machine
-    }
-    progress = RoundProgress(train_cfg.rounds, eval_cfg.average)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    try:
-        history = run_federation(method, train_cfg.rounds, eval_cfg, on_round=progress, evaluator=evaluator,
-                                 checkpoint=checkpoint)
-        if getattr(method, "on_grouped_path", False):
-            record["engine"] = "grouped"
-        record.update(status="ok", stopped_early=history.stopped_early,
-                      metrics=summarize(history, eval_cfg), curves=curves(history),
-                      communication=communication(history))
-        record["learning"] = learning_problem(record["curves"][f"{eval_cfg.average}_val_acc"],
-                                              record["curves"]["train_loss"])
-    except Diverged as err:
-        record.update(status="diverged", message=str(err))
-    except torch.OutOfMemoryError as err:
-        record.update(status="oom", message=str(err).splitlines()[0])
-    finally:
-        progress.close()
-    record.update(wall_s=time.perf_counter() - start, cpu_s=time.process_time() - start_cpu,
-                  peak_memory_mb=peak_memory_mb(device))
-    if checkpoint is not None and checkpoint.resumed_round is not None:
-        record["resumed_after_round"] = checkpoint.resumed_round  # wall_s and cpu_s: this process only
-    return record
+        record = {
+            **spec,
+            "hparams": as_dict(method_spec.hparams), "model": as_dict(model_cfg), "train": as_dict(train_cfg),
+            "evaluation": as_dict(eval_cfg), "engine": engine,
+            "device": str(device), "host": platform.node(), "torch_version": torch.__version__,
+            "package_version": fglrepro.__version__, **provenance(),  # git commit and dirty flag, machine
+        }
+        progress = RoundProgress(train_cfg.rounds, eval_cfg.average)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        try:
+            history = run_federation(method, train_cfg.rounds, eval_cfg, on_round=progress, evaluator=evaluator,
+                                     checkpoint=checkpoint)
+            if getattr(method, "on_grouped_path", False):
+                record["engine"] = "grouped"
+            record.update(status="ok", stopped_early=history.stopped_early,
+                          metrics=summarize(history, eval_cfg), curves=curves(history),
+                          communication=communication(history))
+            record["learning"] = learning_problem(record["curves"][f"{eval_cfg.average}_val_acc"],
+                                                  record["curves"]["train_loss"])
+        except Diverged as err:
+            record.update(status="diverged", message=str(err))
+        except torch.OutOfMemoryError as err:
+            record.update(status="oom", message=str(err).splitlines()[0])
+        finally:
+            progress.close()
+        record.update(wall_s=time.perf_counter() - start, cpu_s=time.process_time() - start_cpu,
+                      peak_memory_mb=peak_memory_mb(device))
+        if checkpoint is not None and checkpoint.resumed_round is not None:
+            record["resumed_after_round"] = checkpoint.resumed_round  # wall_s and cpu_s: this process only
+        return record
 
 
 def main(argv=None) -> None:
