@@ -44,6 +44,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_speed import device_name  # noqa: E402
 from run_benchmarks import REPO, machine  # noqa: E402
 
 STUDIES = ("fedtad_table2", "fedgkd_table1", "fedgkc_table1", "fedgkc_table2", "fedgls_table1", "opfgl_table1")
@@ -96,14 +97,15 @@ def measure(argv: list[str], src: Path, out: Path, device: str) -> tuple[float, 
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
 
 
-def cost_table(selected: list[Key], jobs: dict[Key, list[str]], samples: dict, trees: dict, device: str
-               ) -> pd.DataFrame:
-    """One row per selected job with at least one sample: medians of ``samples[prefix, key, label]``
-    (``(cpu, wall)`` pairs; ``label`` is ``"own"`` or ``"fedavg"``) per source tree ``prefix``."""
+def cost_table(selected: list[Key], failed: dict[Key, str], jobs: dict[Key, list[str]], samples: dict, trees: dict,
+               device: str) -> pd.DataFrame:
+    """One row per selected job that did not fail and has at least one sample: medians of
+    ``samples[prefix, key, label]`` (``(cpu, wall)`` pairs; ``label`` is ``"own"`` or ``"fedavg"``)
+    per source tree ``prefix``."""
     headline = 1 if device == "cuda" else 0
     rows = []
     for key in selected:
-        if ("", key, "own") not in samples:
+        if key in failed or ("", key, "own") not in samples:
             continue
         study, run, dataset, clients = key
         spec = json.loads(jobs[key][jobs[key].index("--spec") + 1])
@@ -129,7 +131,7 @@ def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, dev
     measured = ("wall seconds of the whole `fgl-train` process on the GPU (its CPU seconds count its waits "
                 "for the device)" if device == "cuda" else
                 "CPU seconds (user + system) of the whole `fgl-train` process, one thread")
-    gpu = f" GPU: {torch_device_name()}." if device == "cuda" else ""
+    gpu = f" GPU: {device_name(device)}." if device == "cuda" else ""
     header = [
         "# Cost of each method's run relative to FedAvg on the same cell", "",
         f"Written by `benchmarks/method_costs.py` ({start}; up to {args.repeats} repetitions, medians; "
@@ -143,12 +145,6 @@ def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, dev
     ]
     failures = "".join(f"\nFailed: {' '.join(map(str, key))}: {reason}\n" for key, reason in failed.items())
     Path(f"{args.out}.md").write_text("\n".join(header) + table.to_markdown(index=False) + "\n" + failures)
-
-
-def torch_device_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name()
 
 
 def main() -> None:
@@ -208,10 +204,9 @@ def main() -> None:
                     print(f"failed: {key}: {failed[key]}", flush=True)
                     continue
                 print(f"repeat {repeat + 1}/{args.repeats}: {key}", flush=True)
-                table = cost_table([key for key in selected if key not in failed], jobs, samples, trees, args.device)
+                table = cost_table(selected, failed, jobs, samples, trees, args.device)
                 write_outputs(table, args, start, load_before, args.device, failed)
-    print(cost_table([key for key in selected if key not in failed], jobs, samples, trees, args.device)
-          .to_markdown(index=False))
+    print(cost_table(selected, failed, jobs, samples, trees, args.device).to_markdown(index=False))
 
 
 if __name__ == "__main__":

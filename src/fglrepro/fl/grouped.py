@@ -326,11 +326,13 @@ class _Group:
 
 @dataclass
 class _Part:
-    """A group's participants in one round: their rows of the group's stacks, the union of
-    their graphs, its edges and the positions of its nodes in the participants' union."""
+    """A group's participants in one round: their rows of the group's stacks (a list and, on the
+    stacks' device, ``row_index``), the union of their graphs, its edges and the positions of its
+    nodes in the participants' union."""
 
     group: _Group
     rows: list[int]
+    row_index: Tensor
     view: GraphView
     edges: Tensor
     positions: Tensor
@@ -387,7 +389,8 @@ class GroupedRole:
                 edges = torch.cat([c.edge_index + o for c, o in zip(clients, offsets)], dim=1)
                 positions = torch.cat([torch.arange(starts[k], starts[k] + c.num_nodes, device=c.x.device)
                                        for k, c in zip(members, clients)])
-                parts.append(_Part(group, rows, GraphView.of(batch), edges, positions))
+                row_index = torch.tensor(rows, device=group.stacks[0].device)
+                parts.append(_Part(group, rows, row_index, GraphView.of(batch), edges, positions))
             self._parts[key] = (parts, torch.argsort(torch.cat([p.positions for p in parts])))
         return self._parts[key]
 
@@ -397,8 +400,7 @@ class GroupedRole:
         self._live = []
         for part in parts:
             everyone = len(part.rows) == len(part.group.members)
-            rows = torch.tensor(part.rows, device=part.group.stacks[0].device)
-            params = [(s if everyone else s.index_select(0, rows)).detach().requires_grad_(True)
+            params = [(s if everyone else s.index_select(0, part.row_index)).detach().requires_grad_(True)
                       for s in part.group.stacks]
             self._live.append((part, params))
         return [p for _, params in self._live for p in params]
@@ -417,9 +419,8 @@ class GroupedRole:
         """Write the live rows of partial groups back into the stacks."""
         for part, params in self._live:
             if len(part.rows) < len(part.group.members):
-                rows = torch.tensor(part.rows, device=part.group.stacks[0].device)
                 for stack, p in zip(part.group.stacks, params):
-                    stack.index_copy_(0, rows, p.detach())
+                    stack.index_copy_(0, part.row_index, p.detach())
         self._live = []
 
     def _union(self, outputs: list[Tensor]) -> Tensor:
