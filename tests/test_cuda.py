@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import REPO
 
-from fglrepro.grid import point_entry, run_ids
+from fglrepro.grid import run_ids
 from fglrepro.io import read_yaml
-from fglrepro.validation import merge
+from fglrepro.validation import train_spec
 
 MAIN_TABLES = ("fedgkd_table1", "fedgkc_table1", "fedgls_table1", "fedtad_table2", "opfgl_table1")
 #: hyperparameters that must shrink with the two rounds (the rest stay the study's)
@@ -25,8 +25,9 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skip
 
 def study_specs() -> dict[str, dict]:
     """``study/run -> fgl-train spec`` of every training row of :data:`MAIN_TABLES` and of the first
-    row (studies in name order) of every other method, a grid's first point, shortened to two rounds
-    (one-shot methods: their one) of one local epoch on 3 clients."""
+    row (studies in name order) of every other method, a grid's first point, as the workflow builds it
+    (:func:`~fglrepro.validation.train_spec`), shortened to two rounds (one-shot methods: their one)
+    of one local epoch on 3 clients of the CLI tests' graph."""
     specs, methods = {}, set()
     paths = sorted((REPO / "config" / "studies").glob("*.yaml"), key=lambda p: (p.stem not in MAIN_TABLES, p.stem))
     for path in paths:
@@ -35,16 +36,10 @@ def study_specs() -> dict[str, dict]:
             if "method" not in entry or (path.stem not in MAIN_TABLES and entry["method"] in methods):
                 continue
             methods.add(entry["method"])
-            entry = point_entry(entry, run_ids(run, entry)[0])
-            train = merge(study.get("train", {}), entry.get("train", {}))
-            specs[f"{path.stem}/{run}"] = {
-                "study": path.stem, "run": run, "method": entry["method"],
-                "hparams": {**entry.get("hparams", {}), **SHORT.get(entry["method"], {})},
-                "model": merge(study.get("model", {}), entry.get("model", {})),
-                "train": {**train, "rounds": min(train.get("rounds", 2), 2), "local_epochs": 1},
-                "evaluation": merge(study["evaluation"], entry.get("evaluation", {})),
-                "dataset": "SBM", "clients": 3, "seed": 0,
-            }
+            spec = train_spec(study, path.stem, run_ids(run, entry)[0], "SBM", "test", 3, 0)
+            spec["hparams"] = {**spec["hparams"], **SHORT.get(spec["method"], {})}
+            spec["train"] = {**spec["train"], "rounds": min(spec["train"].get("rounds", 2), 2), "local_epochs": 1}
+            specs[f"{path.stem}/{run}"] = spec
     return specs
 
 

@@ -47,6 +47,23 @@ def record(point: str, val: float, test: float, seed: int = 0, status: str = "ok
             "status": status, "metrics": {"best": best, "final": best}}
 
 
+
+def test_a_jobs_spec_takes_the_point_then_the_datasets_override_over_the_studys_blocks():
+    from fglrepro.validation import train_spec
+
+    study = {"model": {"arch": "gcn", "hidden": 64}, "train": {"rounds": 100, "lr": 0.1},
+             "evaluation": {"model": "global", "average": "weighted"},
+             "runs": {"fedgkd": {**ENTRY, "model": {"hidden": 32},
+                                 "per_dataset": {"Cora": {"train": {"lr": 0.5}, "hparams": {"gamma": 0.5}}}}}}
+    run = "fedgkd@local_epochs=3,tau_s=9.0"
+    spec = train_spec(study, "s", run, "Cora", "metis", "10", "2")
+    assert spec == {"study": "s", "run": run, "method": "fedgkd", "hparams": {"gamma": 0.5, "tau_s": 9.0},
+                    "model": {"arch": "gcn", "hidden": 32}, "train": {"rounds": 100, "lr": 0.5, "local_epochs": 3},
+                    "evaluation": {"model": "global", "average": "weighted"},
+                    "dataset": "Cora", "scheme": "metis", "clients": 10, "seed": 2}
+    other = train_spec(study, "s", run, "CiteSeer", "metis", 10, 2)
+    assert other["train"]["lr"] == 0.01 and other["hparams"] == {"gamma": 0.75, "tau_s": 9.0}
+
 def test_the_point_with_the_best_validation_accuracy_is_kept_and_test_is_never_read():
     records = [record("a=1", 0.70, 0.90), record("a=2", 0.80, 0.60), record("a=3", 0.80, 0.99),
                record("a=1", 0.75, 0.10, seed=1), record("a=2", 0.95, 0.20, seed=1, status="diverged"),

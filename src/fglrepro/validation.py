@@ -31,6 +31,7 @@ from fglrepro.config import (
     from_dict,
 )
 from fglrepro.data.registry import DATASETS, get_dataset
+from fglrepro.grid import point_entry, split_run_id
 from fglrepro.io import read_yaml
 
 #: Study blocks parsed into config dataclasses; runs may override ``model``, ``train`` and
@@ -67,6 +68,22 @@ def run_partition_spec(study: Mapping, run: str | None, dataset: str) -> dict:
     own = merge(entry.get("partition") or {}, (entry.get("per_dataset") or {}).get(dataset, {}).get("partition") or {})
     return merge(partition_spec(study, dataset), own)
 
+
+
+def train_spec(study: Mapping, name: str, run_id: str, dataset: str, scheme: str, clients: int, seed: int) -> dict:
+    """The spec ``fgl-train --spec`` reads for training run ``run_id`` (a grid point's values
+    applied, then the run's ``per_dataset`` entry for ``dataset``) of study ``name`` (its parsed
+    file ``study``) on one cell: the run's ``model``, ``train`` and ``evaluation`` keys over the
+    study's, key by key."""
+    entry = point_entry(study["runs"][split_run_id(run_id)[0]], run_id)
+    entry = merge(entry, entry.get("per_dataset", {}).get(dataset, {}))
+    return {
+        "study": name, "run": run_id, "method": entry["method"], "hparams": entry.get("hparams", {}),
+        "model": {**study.get("model", {}), **entry.get("model", {})},
+        "train": {**study.get("train", {}), **entry.get("train", {})},
+        "evaluation": {**study.get("evaluation", {}), **entry.get("evaluation", {})},
+        "dataset": dataset, "scheme": scheme, "clients": int(clients), "seed": int(seed),
+    }
 
 # ---- problem collection ---------------------------------------------------------------------
 

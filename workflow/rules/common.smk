@@ -19,6 +19,7 @@ from fglrepro.report.figure_kinds import FIGURE_INPUTS
 from fglrepro.source_files import method_files, source_closure
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
+from fglrepro.validation import train_spec as _train_spec
 
 # Rules call the console scripts of the environment Snakemake itself runs in.
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
@@ -342,18 +343,8 @@ def train_code(wildcards):
 
 def train_spec(wildcards):
     """JSON spec of one training job (what ``fgl-train --spec`` reads)."""
-    study = STUDIES[wildcards.study]
-    entry = run_entry(wildcards.study, wildcards.run)
-    entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
-    spec = {
-        "study": wildcards.study, "run": wildcards.run, "method": entry["method"],
-        "hparams": entry["hparams"],
-        "model": {**study.get("model", {}), **entry.get("model", {})},
-        "train": {**study.get("train", {}), **entry.get("train", {})},
-        "evaluation": {**study["evaluation"], **entry.get("evaluation", {})},
-        "dataset": wildcards.dataset, "scheme": wildcards.scheme,
-        "clients": int(wildcards.clients), "seed": int(wildcards.seed),
-    }
+    spec = _train_spec(STUDIES[wildcards.study], wildcards.study, wildcards.run, wildcards.dataset,
+                       wildcards.scheme, wildcards.clients, wildcards.seed)
     return json.dumps(spec, sort_keys=True)
 
 
