@@ -19,26 +19,28 @@ def finish(path, method, cpu_s):
 
 def test_the_estimate_uses_each_method_s_median_and_names_the_methods_not_timed_yet(tmp_path):
     runs = {name: tmp_path / f"{name}.json" for name in "abcde"}
-    finish(runs["a"], "fedavg", 5.0)  # present before the run: not redone, not counted
+    finish(runs["a"], "fedavg", 5.0)  # an outdated run the workflow redoes: there, but older than the start
+    os.utime(runs["a"], (time.time() - 3600, time.time() - 3600))
     methods = {"a": "fedavg", "b": "fedavg", "c": "fedavg", "d": "fedsage_plus", "e": "fedsage_plus"}
     progress = Progress([(runs[n], m) for n, m in methods.items()], workers=2)
 
     progress.update()
-    assert progress.line() == ("progress: 0 of 4 training runs done (0 %), 0.0 CPU-min so far "
-                               "(not counted: 4 runs of fedavg, fedsage_plus, not timed yet)")
+    assert progress.line() == ("progress: 0 of 5 training runs done (0 %), 0.0 CPU-min so far "
+                               "(not counted: 5 runs of fedavg, fedsage_plus, not timed yet)")
     finish(runs["b"], "fedavg", 120.0)
     runs["d"].write_text('{"method": "fedsage_plus", "cpu')  # being written: not finished
     progress.update()
-    assert progress.line() == ("progress: 1 of 4 training runs done (25 %), 2.0 CPU-min so far; about 1 min "
+    assert progress.line() == ("progress: 1 of 5 training runs done (20 %), 2.0 CPU-min so far; about 2 min "
                                "left at 2 at a time (not counted: 2 runs of fedsage_plus, not timed yet)")
     finish(runs["d"], "fedsage_plus", 600.0)
     progress.update()
-    assert progress.line() == ("progress: 2 of 4 training runs done (50 %), 12.0 CPU-min so far; "
-                               "about 6 min left at 2 at a time")
+    assert progress.line() == ("progress: 2 of 5 training runs done (40 %), 12.0 CPU-min so far; "
+                               "about 7 min left at 2 at a time")
+    finish(runs["a"], "fedavg", 60.0)  # its job replaced it
     finish(runs["c"], "fedavg", 60.0)
     finish(runs["e"], "fedsage_plus", 660.0)
     progress.update()
-    assert progress.line() == "progress: 4 of 4 training runs done (100 %), 24.0 CPU-min so far"
+    assert progress.line() == "progress: 5 of 5 training runs done (100 %), 25.0 CPU-min so far"
 
 
 def test_one_job_at_a_time_when_fewer_runs_are_left_than_workers(tmp_path):

@@ -1,7 +1,8 @@
 """How far a workflow run is, and about how long it has left, printed while Snakemake runs.
 
-The Snakefile's ``onstart`` hands :func:`start` the run JSON paths the run asks for; a daemon
-thread then prints, every ``every_s`` seconds, a line such as::
+The Snakefile's ``onstart`` hands :func:`start` the run JSON paths of the training jobs Snakemake
+will run (its DAG: explicit targets, ``--config`` restrictions and reruns of outdated runs
+included); a daemon thread then prints, every ``every_s`` seconds, a line such as::
 
     progress: 12 of 120 training runs done (10 %), 3.2 CPU-min so far; about 25 min left at 2 at a time
 
@@ -24,9 +25,12 @@ from typing import TextIO
 from fglrepro.processes import process_alive
 
 
-def finished_cost(path: Path) -> tuple[str, float] | None:
-    """``(method, CPU seconds)`` of a finished run JSON, or None (absent or unreadable yet)."""
+def finished_cost(path: Path, since: float = 0.0) -> tuple[str, float] | None:
+    """``(method, CPU seconds)`` of a run JSON finished at or after ``since`` (a ``time.time()``),
+    or None (absent, older, or unreadable yet)."""
     try:
+        if path.stat().st_mtime < since:
+            return None
         record = json.loads(path.read_text())
         return record["method"], float(record.get("cpu_s", record["wall_s"]))
     except (OSError, ValueError, KeyError, TypeError):
@@ -42,18 +46,21 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """Training runs of one workflow run: ``planned`` is ``(run JSON path, method)`` per run;
-    those already present when it is made do not count (the workflow does not redo them)."""
+    """Training runs of one workflow run: ``planned`` is ``(run JSON path, method)`` per job the
+    run makes. A run counts as finished once its JSON, written at or after ``since`` (default: when
+    this is made), can be read: an outdated run JSON that the workflow redoes is there, older, until
+    its job replaces it."""
 
-    def __init__(self, planned: Iterable[tuple[str | Path, str]], workers: int) -> None:
-        self.todo = {Path(path): method for path, method in planned if not Path(path).exists()}
+    def __init__(self, planned: Iterable[tuple[str | Path, str]], workers: int, since: float | None = None) -> None:
+        self.todo = {Path(path): method for path, method in planned}
         self.workers = max(1, workers)
+        self.since = time.time() if since is None else since
         self.costs: dict[Path, tuple[str, float]] = {}
 
     def update(self) -> None:
         """Read the runs finished since the last call."""
         for path in self.todo.keys() - self.costs.keys():
-            cost = finished_cost(path)
+            cost = finished_cost(path, self.since)
             if cost is not None:
                 self.costs[path] = cost
 

@@ -7,10 +7,10 @@ import time
 
 
 def planned_runs():
-    """``(run JSON path, method)`` of every training run the config asks for."""
-    runs_dir = Path(RESULTS) / "runs"
-    return [(path, run_entry(study, Path(path).relative_to(runs_dir).parts[1])["method"])
-            for study in STUDIES for path in study_runs(study)]
+    """``(run JSON path, method)`` of every training job Snakemake will run (its DAG: the targets
+    asked for, and outdated runs it redoes)."""
+    return [(job.output[0], run_entry(job.wildcards.study, job.wildcards.run)["method"])
+            for job in workflow.dag.needrun_jobs() if job.rule.name == "train"]
 
 
 def parallel_jobs():
