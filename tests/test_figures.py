@@ -17,6 +17,7 @@ from fglrepro.config import ConfigError
 from fglrepro.report.figures import (
     FIGURE_INPUTS,
     bars_figure,
+    communication_figure,
     heatmap_figure,
     heatmap_grid,
     line_coordinates,
@@ -91,6 +92,31 @@ def test_bars_add_a_macro_f1_row_when_the_metrics_have_it(bars_data):
     assert [p.get_height() for p in cora_f1.patches] == pytest.approx(halves)
     plt.close(fig)
 
+
+
+def test_communication_bars_upload_and_download_on_a_log_axis(bars_data):
+    metrics, meta = bars_data
+    metrics = metrics.assign(upload_mb=metrics["test_acc"] / 100, download_mb=metrics["test_acc"] / 1000)
+    fig = communication_figure(metrics, meta)
+    cora_up, _, cora_down, _ = fig.axes
+    assert cora_up.get_ylabel() == "upload per client (MB)" and cora_down.get_ylabel() == "download per client (MB)"
+    assert cora_up.get_yscale() == "log" and cora_down.get_yscale() == "log"
+    assert [p.get_height() for p in cora_down.patches] == pytest.approx([p.get_height() / 10 for p in cora_up.patches])
+    plt.close(fig)
+
+
+def test_communication_table_bolds_the_least_traffic_of_each_column(bars_data):
+    from fglrepro.report.tables import communication_markdown
+
+    metrics, meta = bars_data
+    assert communication_markdown(metrics, meta) == ""  # no run recorded its bytes
+    sent = {"FedTAD": (0.5, 0.5), "FedTAD-eq": (0.9, 0.2), "FedAvg": (0.3, 0.6)}
+    metrics = metrics.assign(upload_mb=metrics["label"].map(lambda lab: sent[lab][0]),
+                             download_mb=metrics["label"].map(lambda lab: sent[lab][1]))
+    lines = communication_markdown(metrics, meta).strip().splitlines()
+    assert lines[2] == "| Method | Cora (5) | Cora (10) | CiteSeer (5) |"
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in lines[4:]}
+    assert rows == {"FedTAD": "0.5 / 0.5", "FedTAD-eq": "0.9 / 0.2", "FedAvg": "**0.3 / 0.6**"}
 
 def test_heatmap_grid_cells_are_seed_means():
     meta = heat_meta()

@@ -360,6 +360,16 @@ def test_partition_column_is_the_partitioner_of_the_scheme(partitioner, mode, gr
     assert metrics_row(run, {**meta, "schemes": {scheme: partitioner}})["partition"] == partitioner
 
 
+def test_a_runs_communication_is_mb_per_client_over_the_run():
+    meta = {"paper": "P", "table": "T", "labels": {}}
+    run = {"study": "s", "run": "r", "method": "fedavg", "dataset": "Cora", "scheme": "metis_global-30-35_plain",
+           "clients": 2, "seed": 0, "status": "error",
+           "communication": {"upload_bytes": [1_000_000, 3_000_000], "download_bytes": [500_000, 500_000]}}
+    row = metrics_row(run, meta)
+    assert (row["upload_mb"], row["download_mb"]) == (2.0, 0.5)
+    assert "upload_mb" not in metrics_row({**run, "communication": None}, meta)
+
+
 def test_an_unknown_scheme_prefix_is_an_error():
     with pytest.raises(ValueError, match="no known partitioner"):
         scheme_partitioner("kmeans_stratified-20-40_plain")

@@ -36,7 +36,8 @@ def partitioner_of(run: dict, meta: dict) -> str:
 
 def metrics_row(run: dict, meta: dict) -> dict:
     """One CSV row for a run JSON: ids, status, best-round metrics (selected average and both
-    averages), final-round test metrics, cost and provenance."""
+    averages), final-round test metrics, cost, communication (``upload_mb`` / ``download_mb``: MB,
+    10^6 bytes, each client sent / received over the run, mean over clients) and provenance."""
     row = {
         "study": run["study"], "paper": meta["paper"], "table": meta["table"], "run": run["run"],
         "method": run["method"], "label": meta["labels"].get(run["run"], run["run"]),
@@ -47,6 +48,11 @@ def metrics_row(run: dict, meta: dict) -> dict:
         "wall_s": run.get("wall_s"), "peak_memory_mb": run.get("peak_memory_mb"),
         "device": run.get("device"), "git_commit": run.get("git_commit"), "git_dirty": run.get("git_dirty"),
     }
+    sent = run.get("communication") or {}
+    for direction in ("upload", "download"):
+        per_client = sent.get(f"{direction}_bytes")
+        if per_client:
+            row[f"{direction}_mb"] = sum(per_client) / len(per_client) / 1e6
     if run["status"] == "ok":
         best, final = run["metrics"]["best"], run["metrics"]["final"]
         row["best_round"] = best["round"]

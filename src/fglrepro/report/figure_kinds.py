@@ -3,4 +3,4 @@ module of its own so that ``fgl-report --help`` and the workflow's rules need no
 
 #: figure kind -> the aggregate CSV it reads ("curves" or "metrics").
 FIGURE_INPUTS = {"convergence": "curves", "loss": "curves", "bars": "metrics", "heatmap": "metrics",
-                 "lines": "metrics"}
+                 "lines": "metrics", "communication": "metrics"}

@@ -126,14 +126,20 @@ def _ok_runs(metrics: pd.DataFrame) -> pd.DataFrame:
 BAR_METRICS = (("test_acc", "test accuracy (%)"), ("test_f1_macro", "test macro-F1 (%)"))
 
 
-def bars_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
-    """Grouped bars of test accuracy (top row) and macro-F1 (bottom row, when recorded), mean
+#: What the communication figure draws: MB each client sent / received over a run (mean over clients).
+COMMUNICATION_METRICS = (("upload_mb", "upload per client (MB)"), ("download_mb", "download per client (MB)"))
+
+
+def bars_figure(metrics: pd.DataFrame, meta: dict, metric_rows: tuple = BAR_METRICS, log: bool = False
+                ) -> plt.Figure:
+    """Grouped bars of test accuracy (top row) and macro-F1 (bottom row, when recorded), or of the
+    columns of ``metric_rows`` (``(column, axis name)``, one row of panels each, those recorded), mean
     with ±sample std (ddof=1) error bars over the seeds of ``ok`` runs: one panel per dataset, one
     group per client count, one bar per run label in study order (a label without ``ok`` runs
-    in a group leaves its slot empty)."""
+    in a group leaves its slot empty). ``log``: a logarithmic value axis instead of the zoom."""
     ok = _ok_runs(metrics)
-    rows = [(col, name) for col, name in BAR_METRICS if col in ok.columns and ok[col].notna().any()]
-    rows = rows or BAR_METRICS[:1]
+    rows = [(col, name) for col, name in metric_rows if col in ok.columns and ok[col].notna().any()]
+    rows = rows or list(metric_rows[:1])
     labels = meta["rows"]
     clients = _clients_per_dataset(meta)
     datasets = meta["datasets"]
@@ -154,7 +160,9 @@ def bars_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
                 ax.bar(np.arange(len(groups)) + (b - (len(labels) - 1) / 2) * width, mean, width, yerr=std,
                        label=label, color=colours[b % len(colours)], capsize=2, error_kw={"linewidth": 0.8})
                 lowest.extend(mean - std)
-            if np.isfinite(lowest).any():
+            if log:
+                ax.set_yscale("log")
+            elif np.isfinite(lowest).any():
                 # Zoom in like the papers do: ablation bars differ by a few points.
                 ax.set_ylim(bottom=max(0.0, 5 * np.floor((np.nanmin(lowest) - 5) / 5)))
             ax.set_xticks(np.arange(len(groups)), [f"{k} clients" for k in groups])
@@ -311,8 +319,14 @@ def _numeric(values) -> bool:
     return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
 
 
+def communication_figure(metrics: pd.DataFrame, meta: dict) -> plt.Figure:
+    """:func:`bars_figure` of the MB each client uploaded (top row) and downloaded (bottom row) over a
+    run, on a logarithmic axis (a model and a few class statistics differ by orders of magnitude)."""
+    return bars_figure(metrics, meta, COMMUNICATION_METRICS, log=True)
+
+
 FIGURES = {"convergence": convergence_figure, "loss": loss_figure, "bars": bars_figure, "heatmap": heatmap_figure,
-           "lines": lines_figure}
+           "lines": lines_figure, "communication": communication_figure}
 
 
 def scatter_figure(cells: pd.DataFrame, title: str) -> plt.Figure:

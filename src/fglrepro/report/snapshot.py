@@ -18,8 +18,8 @@ import pandas as pd
 
 #: columns of runs.csv: what a reader needs to see a run's result and to re-run it.
 RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "partition", "scheme", "clients", "seed",
-               "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "wall_s", "device", "git_commit",
-               "target"]
+               "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "wall_s", "upload_mb", "download_mb",
+               "device", "git_commit", "target"]
 RUNS, STUDIES = "runs.csv", "studies.json"
 #: one run of a snapshot: a newer run with the same key replaces it when runs are merged in
 RUN_KEY = ["study", "run", "dataset", "clients", "seed"]
@@ -91,7 +91,13 @@ def render(runs: pd.DataFrame, metas: Mapping[str, dict], claims: list[dict], pa
     {csv,md}`` (studies with reported values in ``paper_dir``), ``claims.{csv,md}``, ``claims_cells.csv``
     and ``README.md``."""
     from fglrepro.report.claims import claims_markdown, evaluate, read_reported
-    from fglrepro.report.tables import cell_summary, comparison, comparison_texts, study_table_texts
+    from fglrepro.report.tables import (
+        cell_summary,
+        communication_markdown,
+        comparison,
+        comparison_texts,
+        study_table_texts,
+    )
 
     files, summaries = {}, {}
     for study, meta in metas.items():
@@ -99,7 +105,7 @@ def render(runs: pd.DataFrame, metas: Mapping[str, dict], claims: list[dict], pa
         if part.empty:
             continue
         summaries[study] = summary = cell_summary(part)
-        files[f"{study}.md"] = study_table_texts(summary, meta)["md"]
+        files[f"{study}.md"] = study_table_texts(summary, meta)["md"] + communication_markdown(part, meta)
         if meta.get("reported"):
             table = comparison(summary, pd.read_csv(Path(paper_dir) / meta["reported"]), meta)
             for ext, text in comparison_texts(table, meta).items():
@@ -196,7 +202,7 @@ def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claim
     runs = snapshot_runs(metrics, results_dir, allow_dirty)
     out = Path(out_dir)
     if merge and (out / RUNS).is_file():
-        runs = merge_runs(read_runs(out / RUNS), runs)
+        runs = merge_runs(read_runs(out / RUNS), runs).reindex(columns=RUN_COLUMNS)
         previous = json.loads((out / STUDIES).read_text())
         metas = {**previous, **{study: merge_meta(previous.get(study, {}), meta) for study, meta in metas.items()}}
     out.mkdir(parents=True, exist_ok=True)

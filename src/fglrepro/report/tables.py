@@ -254,6 +254,32 @@ def study_table_texts(summary: pd.DataFrame, meta: dict) -> dict[str, str]:
     return {"md": "\n".join(md), "tex": "\n".join(tex), "csv": summary.to_csv(index=False)}
 
 
+
+def communication_markdown(metrics: pd.DataFrame, meta: dict) -> str:
+    """Markdown table of what each client sent and received over a run, ``upload / download`` in MB
+    (10^6 bytes, mean over clients, then over the seeds of ``ok`` runs), the lowest total of a column in
+    bold; empty when no run of ``metrics`` recorded it (``upload_mb`` / ``download_mb`` of
+    :func:`fglrepro.report.collect.metrics_row`)."""
+    if "upload_mb" not in metrics.columns:
+        return ""
+    ok = metrics[(metrics["status"] == "ok") & metrics["upload_mb"].notna()]
+    if ok.empty:
+        return ""
+    cost = ok.groupby(CELL_KEYS, sort=False)[["upload_mb", "download_mb"]].mean()
+    columns = [tuple(c) for c in meta["columns"] if tuple(c) in set(zip(ok["dataset"], ok["clients"]))]
+    labels = [label for label in meta["rows"] if label in set(ok["label"])]
+    text = pd.DataFrame("", index=labels, columns=pd.MultiIndex.from_tuples(columns))
+    best = pd.DataFrame(False, index=labels, columns=text.columns)
+    for column in columns:
+        cells = {label: cost.loc[(label, *column)] for label in labels if (label, *column) in cost.index}
+        lowest = min(c["upload_mb"] + c["download_mb"] for c in cells.values())
+        for label, c in cells.items():
+            text.loc[label, column] = f"{c['upload_mb']:.3g} / {c['download_mb']:.3g}"
+            best.loc[label, column] = c["upload_mb"] + c["download_mb"] == lowest
+    title = (f"{meta['paper']} {meta['table']} ({meta['study']}): communication per client over a run, "
+             "upload / download (MB)")
+    return "\n" + to_markdown(text, best, title)
+
 def comparison_texts(table: pd.DataFrame, meta: dict) -> dict[str, str]:
     """The comparison files (``csv``, ``md``: the paper's layout, then one line per cell)."""
     title = f"{meta['paper']} {meta['table']} ({meta['study']})"
