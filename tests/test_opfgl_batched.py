@@ -18,6 +18,7 @@ from fglrepro.components.surrogate_graph import (
     alignment_loss,
     build_link_predictor,
     generate_surrogate_graph,
+    kink_safe_sqrt,
     smoothness_loss,
 )
 from fglrepro.config import ModelConfig
@@ -78,6 +79,32 @@ def test_batched_losses_equal_the_per_class_and_all_pairs_losses():
     assert torch.allclose(*(torch.autograd.grad(v, x)[0] for v in (got, expected)), atol=1e-7)
     assert upper(x, torch.zeros(7, 7)) == 0
 
+
+
+def test_kink_safe_sqrt_is_sqrt_bit_for_bit_above_zero_with_gradient_zero_at_it():
+    value = torch.tensor([0.0, 1e-30, 0.3, 4.0, 0.0], requires_grad=True)
+    plain = torch.tensor([1e-30, 0.3, 4.0], requires_grad=True)
+    safe = kink_safe_sqrt(value)
+    assert torch.equal(safe[1:4], plain.sqrt()) and torch.equal(safe[[0, 4]], torch.zeros(2))
+    weights = torch.tensor([2.0, 3.0, -1.0, 0.5, 7.0])
+    (grad,) = torch.autograd.grad((weights * safe).sum(), value)
+    (plain_grad,) = torch.autograd.grad((weights[1:4] * plain.sqrt()).sum(), plain)
+    assert torch.equal(grad[1:4], plain_grad) and torch.equal(grad[[0, 4]], torch.zeros(2))
+
+
+def test_batched_alignment_gradient_is_the_sequential_one_where_a_classs_nodes_are_equal_in_a_dimension():
+    gen = torch.Generator().manual_seed(4)
+    _, parts = random_statistics(gen, [[6, 5, 4], [4, 6, 3]], dim=6, num_classes=3)
+    target = pool_statistics(parts)
+    target = type(target)(**{k: v.float() for k, v in vars(target).items()})
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])  # two nodes per class (O-pFGL Table 22)
+    x = torch.randn(6, 6, generator=gen)
+    x[1, 2] = x[0, 2]  # class 0's std is 0 in dimension 2: torch.std's gradient there is NaN
+    x.requires_grad_(True)
+    (expected,) = torch.autograd.grad(alignment_loss(x, labels, target), x)  # torch.std: gradient 0 at 0
+    (got,) = torch.autograd.grad(BatchedAlignment(labels, target)(x), x)
+    assert torch.isfinite(got).all() and got[0, 2] == got[1, 2]  # only the mean term moves them there
+    assert torch.allclose(got, expected, atol=1e-7)
 
 @pytest.mark.parametrize("predictor", ["mlp", "direct", "inner_product"])
 def test_fast_surrogate_generation_follows_the_sequential_steps(predictor):

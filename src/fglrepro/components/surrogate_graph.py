@@ -102,6 +102,15 @@ def dense_normalized_adjacency(weights: Tensor) -> Tensor:
     return inv_sqrt.unsqueeze(1) * with_loops * inv_sqrt.unsqueeze(0)
 
 
+def kink_safe_sqrt(value: Tensor) -> Tensor:
+    """``sqrt(value)`` for ``value >= 0`` with gradient 0 where ``value`` is 0 instead of NaN (``0 * inf``),
+    as ``torch.std``'s own gradient: the standard deviation of a class's surrogate features has a kink
+    where they are equal in a dimension (two nodes per class meet there while matching a target std
+    of 0). The same values and gradients, bit for bit, wherever ``value > 0``."""
+    positive = value > 0
+    return torch.where(positive, value, torch.ones_like(value)).sqrt() * positive
+
+
 def alignment_loss(features: Tensor, labels: Tensor, target: ClassStatistics) -> Tensor:
     """Eq. 10 as in the authors' code: ``sum_c lambda_c (MSE(mu'_c, mu_c) + MSE(s'_c, s_c))``
     with ``lambda_c = N^c / sum N``, MSE averaged over the D dimensions and ``s`` the
@@ -155,7 +164,7 @@ class BatchedAlignment:
         terms = (means - self.target_mean).pow(2).mean(dim=1)
         if self.several.numel():
             spread = self.several_members @ (features - means[self.labels]).pow(2) * self.several_inverse
-            terms = terms.index_add(0, self.several, (spread.sqrt() - self.target_std).pow(2).mean(dim=1))
+            terms = terms.index_add(0, self.several, (kink_safe_sqrt(spread) - self.target_std).pow(2).mean(dim=1))
         return (self.weights * terms).sum()
 
 
