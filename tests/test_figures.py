@@ -105,6 +105,15 @@ def test_communication_bars_upload_and_download_on_a_log_axis(bars_data):
     plt.close(fig)
 
 
+
+def test_bars_of_twelve_labels_have_twelve_colours():
+    labels = {f"r{i}": f"method {i}" for i in range(12)}
+    metrics = pd.DataFrame([{"label": label, "dataset": "Cora", "clients": 5, "seed": 0, "status": "ok",
+                             "test_acc": 50.0} for label in labels.values()])
+    fig = bars_figure(metrics, {**meta_of(labels), "datasets": ["Cora"], "columns": [["Cora", 5]]})
+    assert len({tuple(p.get_facecolor()) for p in fig.axes[0].patches}) == 12
+    plt.close(fig)
+
 def test_communication_table_bolds_the_least_traffic_of_each_column(bars_data):
     from fglrepro.report.tables import communication_markdown
 

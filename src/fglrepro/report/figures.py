@@ -118,6 +118,11 @@ def loss_figure(curves: pd.DataFrame, meta: dict) -> plt.Figure:
     return convergence_figure(curves, meta, column="train_loss", ylabel="training loss")
 
 
+def label_colours(count: int) -> tuple:
+    """Distinct colours for ``count`` labels: matplotlib's ten, or twenty above ten labels."""
+    return plt.get_cmap("tab20" if count > 10 else "tab10").colors
+
+
 def _ok_runs(metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics[metrics["status"] == "ok"] if "status" in metrics.columns else metrics
 
@@ -147,7 +152,7 @@ def bars_figure(metrics: pd.DataFrame, meta: dict, metric_rows: tuple = BAR_METR
     fig, axes = plt.subplots(len(rows), len(datasets), squeeze=False,
                              figsize=(max(3.2, 0.35 * len(labels) * max(map(len, clients.values())) + 1.2)
                                       * len(datasets), 3.0 * len(rows)))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = label_colours(len(labels))
     for row, (column, name) in zip(axes, rows):
         stats = ok.groupby(["dataset", "clients", "label"])[column].agg(mean="mean", std=lambda v: v.std(ddof=1))
         for ax, dataset in zip(row, datasets):
@@ -347,7 +352,7 @@ def scatter_figure(cells: pd.DataFrame, title: str) -> plt.Figure:
         ax.plot([low, high], [low + offset, high + offset], color="grey", linewidth=0.6, linestyle="--",
                 label="± 2 points" if offset > 0 else None)
     methods = list(dict.fromkeys(cells["method"]))
-    colours = plt.get_cmap("tab20" if len(methods) > 10 else "tab10").colors
+    colours = label_colours(len(methods))
     markers = {"acc": "o", "f1_macro": "s"}
     for i, method in enumerate(methods):
         for metric, part in cells[cells["method"] == method].groupby("metric"):
