@@ -93,7 +93,6 @@ def test_bars_add_a_macro_f1_row_when_the_metrics_have_it(bars_data):
     plt.close(fig)
 
 
-
 def test_communication_bars_upload_and_download_on_a_log_axis(bars_data):
     metrics, meta = bars_data
     metrics = metrics.assign(upload_mb=metrics["test_acc"] / 100, download_mb=metrics["test_acc"] / 1000)
@@ -105,7 +104,6 @@ def test_communication_bars_upload_and_download_on_a_log_axis(bars_data):
     plt.close(fig)
 
 
-
 def test_bars_of_twelve_labels_have_twelve_colours():
     labels = {f"r{i}": f"method {i}" for i in range(12)}
     metrics = pd.DataFrame([{"label": label, "dataset": "Cora", "clients": 5, "seed": 0, "status": "ok",
@@ -113,6 +111,7 @@ def test_bars_of_twelve_labels_have_twelve_colours():
     fig = bars_figure(metrics, {**meta_of(labels), "datasets": ["Cora"], "columns": [["Cora", 5]]})
     assert len({tuple(p.get_facecolor()) for p in fig.axes[0].patches}) == 12
     plt.close(fig)
+
 
 def test_communication_table_bolds_the_least_traffic_of_each_column(bars_data):
     from fglrepro.report.tables import communication_markdown
@@ -126,6 +125,7 @@ def test_communication_table_bolds_the_least_traffic_of_each_column(bars_data):
     assert lines[2] == "| Method | Cora (5) | Cora (10) | CiteSeer (5) |"
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in lines[4:]}
     assert rows == {"FedTAD": "0.5 / 0.5", "FedTAD-eq": "0.9 / 0.2", "FedAvg": "**0.3 / 0.6**"}
+
 
 def test_heatmap_grid_cells_are_seed_means():
     meta = heat_meta()

@@ -47,7 +47,6 @@ def record(point: str, val: float, test: float, seed: int = 0, status: str = "ok
             "status": status, "metrics": {"best": best, "final": best}}
 
 
-
 def test_a_jobs_spec_takes_the_point_then_the_datasets_override_over_the_studys_blocks():
     from fglrepro.validation import train_spec
 
@@ -63,6 +62,7 @@ def test_a_jobs_spec_takes_the_point_then_the_datasets_override_over_the_studys_
                     "dataset": "Cora", "scheme": "metis", "clients": 10, "seed": 2}
     other = train_spec(study, "s", run, "CiteSeer", "metis", 10, 2)
     assert other["train"]["lr"] == 0.01 and other["hparams"] == {"gamma": 0.75, "tau_s": 9.0}
+
 
 def test_the_point_with_the_best_validation_accuracy_is_kept_and_test_is_never_read():
     records = [record("a=1", 0.70, 0.90), record("a=2", 0.80, 0.60), record("a=3", 0.80, 0.99),

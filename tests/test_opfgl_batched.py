@@ -80,7 +80,6 @@ def test_batched_losses_equal_the_per_class_and_all_pairs_losses():
     assert upper(x, torch.zeros(7, 7)) == 0
 
 
-
 def test_kink_safe_sqrt_is_sqrt_bit_for_bit_above_zero_with_gradient_zero_at_it():
     value = torch.tensor([0.0, 1e-30, 0.3, 4.0, 0.0], requires_grad=True)
     plain = torch.tensor([1e-30, 0.3, 4.0], requires_grad=True)
@@ -105,6 +104,7 @@ def test_batched_alignment_gradient_is_the_sequential_one_where_a_classs_nodes_a
     (got,) = torch.autograd.grad(BatchedAlignment(labels, target)(x), x)
     assert torch.isfinite(got).all() and got[0, 2] == got[1, 2]  # only the mean term moves them there
     assert torch.allclose(got, expected, atol=1e-7)
+
 
 @pytest.mark.parametrize("predictor", ["mlp", "direct", "inner_product"])
 def test_fast_surrogate_generation_follows_the_sequential_steps(predictor):

@@ -69,7 +69,6 @@ def run_partition_spec(study: Mapping, run: str | None, dataset: str) -> dict:
     return merge(partition_spec(study, dataset), own)
 
 
-
 def train_spec(study: Mapping, name: str, run_id: str, dataset: str, scheme: str, clients: int, seed: int) -> dict:
     """The spec ``fgl-train --spec`` reads for training run ``run_id`` (a grid point's values
     applied, then the run's ``per_dataset`` entry for ``dataset``) of study ``name`` (its parsed
@@ -84,6 +83,7 @@ def train_spec(study: Mapping, name: str, run_id: str, dataset: str, scheme: str
         "evaluation": {**study.get("evaluation", {}), **entry.get("evaluation", {})},
         "dataset": dataset, "scheme": scheme, "clients": int(clients), "seed": int(seed),
     }
+
 
 # ---- problem collection ---------------------------------------------------------------------
 

@@ -254,7 +254,6 @@ def study_table_texts(summary: pd.DataFrame, meta: dict) -> dict[str, str]:
     return {"md": "\n".join(md), "tex": "\n".join(tex), "csv": summary.to_csv(index=False)}
 
 
-
 def communication_markdown(metrics: pd.DataFrame, meta: dict) -> str:
     """Markdown table of what each client sent and received over a run, ``upload / download`` in MB
     (10^6 bytes, mean over clients, then over the seeds of ``ok`` runs), the lowest total of a column in
@@ -266,8 +265,9 @@ def communication_markdown(metrics: pd.DataFrame, meta: dict) -> str:
     if ok.empty:
         return ""
     cost = ok.groupby(CELL_KEYS, sort=False)[["upload_mb", "download_mb"]].mean()
-    columns = [tuple(c) for c in meta["columns"] if tuple(c) in set(zip(ok["dataset"], ok["clients"]))]
-    labels = [label for label in meta["rows"] if label in set(ok["label"])]
+    ran_cells, ran_labels = set(zip(ok["dataset"], ok["clients"])), set(ok["label"])
+    columns = [tuple(c) for c in meta["columns"] if tuple(c) in ran_cells]
+    labels = [label for label in meta["rows"] if label in ran_labels]
     text = pd.DataFrame("", index=labels, columns=pd.MultiIndex.from_tuples(columns))
     best = pd.DataFrame(False, index=labels, columns=text.columns)
     for column in columns:
@@ -279,6 +279,7 @@ def communication_markdown(metrics: pd.DataFrame, meta: dict) -> str:
     title = (f"{meta['paper']} {meta['table']} ({meta['study']}): communication per client over a run, "
              "upload / download (MB)")
     return "\n" + to_markdown(text, best, title)
+
 
 def comparison_texts(table: pd.DataFrame, meta: dict) -> dict[str, str]:
     """The comparison files (``csv``, ``md``: the paper's layout, then one line per cell)."""
