@@ -239,7 +239,7 @@ def test_every_study_validates_and_lists_its_partition_jobs(repo, tmp_path, name
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
          "--configfile", str(repo / "config" / "config.yaml"), "--dry-run", "--quiet", "rules",
-         "--config", f"studies=[{name}]", "only_datasets=all", "targets=partitions",
+         "--config", f"studies=[{name}]", "only_datasets=all", "only_seeds=all", "targets=partitions",
          f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}",
          f"partition_dir={authors}"],
         capture_output=True, text=True, timeout=120,
@@ -256,7 +256,7 @@ def test_skip_runs_leaves_rows_out_of_a_study(repo, tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
              "--configfile", str(repo / "config" / "config.yaml"), "--dry-run", "--quiet", "rules",
-             "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]",
+             "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]", "only_seeds=all",
              f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}", *extra],
             capture_output=True, text=True, timeout=120,
         )
