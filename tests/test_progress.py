@@ -10,7 +10,7 @@ import os
 import time
 
 from fglrepro.fl.loop import RoundProgress
-from fglrepro.progress import Progress, damaged_runs_message, duration, start
+from fglrepro.progress import Progress, damaged_runs_message, duration, start, stored_costs
 
 
 def finish(path, method, cpu_s):
@@ -41,6 +41,34 @@ def test_the_estimate_uses_each_method_s_median_and_names_the_methods_not_timed_
     finish(runs["e"], "fedsage_plus", 660.0)
     progress.update()
     assert progress.line() == "progress: 5 of 5 training runs done (100 %), 25.0 CPU-min so far"
+
+
+def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_wall_time_of_the_same_job(tmp_path):
+    """Before a method has finished a run here, its runs count with the stored run of the same job
+    (matched from the study on, whatever the results folder); a method timed here uses its own median."""
+    snapshot = tmp_path / "runs.csv"
+    snapshot.write_text("study,run,status,wall_s,target\n"
+                        "s,fedsage_plus,ok,1200.0,results/runs/s/fedsage_plus/Cora/x/k5/seed0.json\n"
+                        "s,fedavg,ok,900.0,results/runs/s/fedavg/Cora/x/k5/seed1.json\n"
+                        "s,fedtad,failed,50.0,results/runs/s/fedtad/Cora/x/k5/seed0.json\n")
+    stored = stored_costs(snapshot)
+    assert stored == {("s", "fedsage_plus", "Cora", "x", "k5", "seed0.json"): 1200.0,
+                      ("s", "fedavg", "Cora", "x", "k5", "seed1.json"): 900.0}
+    runs = tmp_path / "elsewhere" / "runs" / "s"
+    planned = [(runs / "fedavg/Cora/x/k5/seed0.json", "fedavg"), (runs / "fedavg/Cora/x/k5/seed1.json", "fedavg"),
+               (runs / "fedsage_plus/Cora/x/k5/seed0.json", "fedsage_plus"),
+               (runs / "fedtad/Cora/x/k5/seed0.json", "fedtad")]
+    progress = Progress(planned, workers=1, stored=stored)
+    progress.update()
+    assert progress.line() == ("progress: 0 of 4 training runs done (0 %), 0.0 CPU-min so far; about 35 min left "
+                               "at 1 at a time (2 runs estimated from docs/results; not counted: 2 runs of fedavg, "
+                               "fedtad, not timed yet)")
+    planned[0][0].parent.mkdir(parents=True)
+    finish(planned[0][0], "fedavg", 60.0)
+    progress.update()
+    assert progress.line().startswith("progress: 1 of 4 training runs done (25 %), 1.0 CPU-min so far; about 21 min "
+                                      "left at 1 at a time (1 runs estimated from docs/results;")
+    assert stored_costs(tmp_path / "absent.csv") == {}
 
 
 def test_one_job_at_a_time_when_fewer_runs_are_left_than_workers(tmp_path):

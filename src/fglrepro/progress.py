@@ -8,11 +8,15 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 
 The estimate adds, over the runs still to do, the median CPU seconds (``cpu_s`` of the run JSON)
 of the runs of the same method finished so far, and divides by the number of jobs that run at
-once. Methods with no finished run yet are named instead of guessed ("not counted: ...").
+once. A run of a method with no finished run yet counts with the wall time of the same job in the
+committed snapshot (``docs/results/runs.csv``, :func:`stored_costs`) where it has one, as the
+line says ("N runs estimated from docs/results"); the others are named instead of guessed
+("not counted: ...").
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import statistics
 import sys
@@ -37,6 +41,24 @@ def finished_cost(path: Path, since: float = 0.0) -> tuple[str, float] | None:
         return None
 
 
+def run_key(path: str | Path) -> tuple[str, ...]:
+    """A run JSON's path from its study on (``<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.json``), the same
+    whatever the results folder."""
+    return Path(path).parts[-6:]
+
+
+def stored_costs(runs_csv: str | Path) -> dict[tuple[str, ...], float]:
+    """``run_key -> wall seconds`` of the finished runs of a snapshot's ``runs.csv`` (``target`` and ``wall_s``
+    columns); empty when the file is absent."""
+    try:
+        with open(runs_csv, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError:
+        return {}
+    return {run_key(row["target"]): float(row["wall_s"]) for row in rows
+            if row.get("status") == "ok" and row.get("target") and row.get("wall_s")}
+
+
 def duration(seconds: float) -> str:
     """``under a minute``, ``about 25 min`` or ``about 3 h 05 min``."""
     minutes = round(seconds / 60)
@@ -49,12 +71,14 @@ class Progress:
     """Training runs of one workflow run: ``planned`` is ``(run JSON path, method)`` per job the
     run makes. A run counts as finished once its JSON, written at or after ``since`` (default: when
     this is made), can be read: an outdated run JSON that the workflow redoes is there, older, until
-    its job replaces it."""
+    its job replaces it. ``stored`` (:func:`stored_costs`) gives seconds for runs of methods not timed yet."""
 
-    def __init__(self, planned: Iterable[tuple[str | Path, str]], workers: int, since: float | None = None) -> None:
+    def __init__(self, planned: Iterable[tuple[str | Path, str]], workers: int, since: float | None = None,
+                 stored: dict[tuple[str, ...], float] | None = None) -> None:
         self.todo = {Path(path): method for path, method in planned}
         self.workers = max(1, workers)
         self.since = time.time() if since is None else since
+        self.stored = stored or {}
         self.costs: dict[Path, tuple[str, float]] = {}
 
     def update(self) -> None:
@@ -70,28 +94,32 @@ class Progress:
         spent = sum(cpu for _, cpu in self.costs.values())
         text = f"progress: {done} of {total} training runs done ({100 * done / max(total, 1):.0f} %)"
         text += f", {spent / 60:.1f} CPU-min so far"
-        left = [method for path, method in self.todo.items() if path not in self.costs]
+        left = [(path, method) for path, method in self.todo.items() if path not in self.costs]
         if not left:
             return text
         by_method: dict[str, list[float]] = {}
         for method, cpu in self.costs.values():
             by_method.setdefault(method, []).append(cpu)
-        known = [statistics.median(by_method[m]) for m in left if m in by_method]
-        unknown = sorted({m for m in left if m not in by_method})
-        if known:
-            seconds = sum(known) / min(self.workers, len(left))
-            text += f"; {duration(seconds)} left at {min(self.workers, len(left))} at a time"
+        timed = [statistics.median(by_method[m]) for _, m in left if m in by_method]
+        estimated = [self.stored[run_key(p)] for p, m in left if m not in by_method and run_key(p) in self.stored]
+        unknown = [m for p, m in left if m not in by_method and run_key(p) not in self.stored]
+        if timed or estimated:
+            at_once = min(self.workers, len(left))
+            text += f"; {duration((sum(timed) + sum(estimated)) / at_once)} left at {at_once} at a time"
+        notes = [f"{len(estimated)} runs estimated from docs/results"] if estimated else []
         if unknown:
-            text += f" (not counted: {len(left) - len(known)} runs of {', '.join(unknown)}, not timed yet)"
-        return text
+            notes.append(f"not counted: {len(unknown)} runs of {', '.join(sorted(set(unknown)))}, not timed yet")
+        return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def start(planned: Iterable[tuple[str | Path, str]], workers: int, every_s: float = 60.0,
-          first_after_s: float = 30.0, stream: TextIO = sys.stderr) -> threading.Thread:
+          first_after_s: float = 30.0, stream: TextIO = sys.stderr,
+          stored: dict[tuple[str, ...], float] | None = None) -> threading.Thread:
     """Print :meth:`Progress.line` ``first_after_s`` seconds after the start (so that the first
     line comes within a run's first minute, DAG building included) and then every ``every_s``
-    seconds, from a daemon thread (it ends with the process); returns the thread."""
-    progress = Progress(planned, workers)
+    seconds, from a daemon thread (it ends with the process); returns the thread. ``stored`` as in
+    :class:`Progress`."""
+    progress = Progress(planned, workers, stored=stored)
 
     def report() -> None:
         wait = first_after_s

@@ -1,6 +1,6 @@
 # Progress and an estimate of the time left, printed every minute while the workflow runs
 # (src/fglrepro/progress.py): training runs done of those this run makes, CPU so far, and the
-# time left from the measured cost of finished runs of the same method.
+# time left from the measured cost of finished runs of the same method (or of the same run in the snapshot).
 
 
 import time
@@ -33,10 +33,10 @@ if workflow.is_main_process and not workflow.dryrun:
 
 
 onstart:
-    from fglrepro.progress import record_active_run, start as start_progress
+    from fglrepro.progress import record_active_run, start as start_progress, stored_costs
 
     record_active_run(os.getpid(), ["snakemake", *sys.argv[1:]])
-    start_progress(planned_runs(), parallel_jobs())
+    start_progress(planned_runs(), parallel_jobs(), stored=stored_costs(Path(SNAPSHOT) / "runs.csv"))
 
 
 onsuccess:
