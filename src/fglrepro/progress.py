@@ -71,14 +71,16 @@ class Progress:
     """Training runs of one workflow run: ``planned`` is ``(run JSON path, method)`` per job the
     run makes. A run counts as finished once its JSON, written at or after ``since`` (default: when
     this is made), can be read: an outdated run JSON that the workflow redoes is there, older, until
-    its job replaces it. ``stored`` (:func:`stored_costs`) gives seconds for runs of methods not timed yet."""
+    its job replaces it. ``stored`` (:func:`stored_costs`) gives seconds for runs of methods not timed yet;
+    the planned runs' entries are looked up once, here."""
 
     def __init__(self, planned: Iterable[tuple[str | Path, str]], workers: int, since: float | None = None,
                  stored: dict[tuple[str, ...], float] | None = None) -> None:
         self.todo = {Path(path): method for path, method in planned}
         self.workers = max(1, workers)
         self.since = time.time() if since is None else since
-        self.stored = stored or {}
+        stored = stored or {}
+        self.stored = {path: stored[run_key(path)] for path in self.todo if run_key(path) in stored}
         self.costs: dict[Path, tuple[str, float]] = {}
 
     def update(self) -> None:
@@ -101,8 +103,8 @@ class Progress:
         for method, cpu in self.costs.values():
             by_method.setdefault(method, []).append(cpu)
         timed = [statistics.median(by_method[m]) for _, m in left if m in by_method]
-        estimated = [self.stored[run_key(p)] for p, m in left if m not in by_method and run_key(p) in self.stored]
-        unknown = [m for p, m in left if m not in by_method and run_key(p) not in self.stored]
+        estimated = [self.stored[p] for p, m in left if m not in by_method and p in self.stored]
+        unknown = [m for p, m in left if m not in by_method and p not in self.stored]
         if timed or estimated:
             at_once = min(self.workers, len(left))
             text += f"; {duration((sum(timed) + sum(estimated)) / at_once)} left at {at_once} at a time"
