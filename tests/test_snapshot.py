@@ -219,6 +219,18 @@ def test_a_merged_run_restricted_to_some_rows_and_columns_hides_none_of_the_othe
     assert (out / "t.md").read_text() == table_before
 
 
+def test_a_merged_meta_keeps_only_the_rows_that_have_runs(snapshot):
+    """A fold whose meta labels a row of the study that has no run (here E) lists no row for it; rows of
+    the previous snapshot with runs (C, D) stay."""
+    out, claims, paper = snapshot
+    rerun = make_metrics({"C": every_cell(61.0)}, study="t")
+    write_snapshot([rerun], {"t": make_meta(["C", "E"], all_rows=["C", "D", "E"], study="t")}, claims, paper, out,
+                   merge=True)
+    meta = json.loads((out / STUDIES).read_text())["t"]
+    assert meta["rows"] == ["C", "D"] and set(meta["labels"]) == {"c", "d"}
+    assert "| E " not in (out / "t.md").read_text()
+
+
 def test_writing_without_merge_keeps_only_the_given_runs(snapshot):
     out, claims, paper = snapshot
     write_snapshot([make_metrics({"E": every_cell(50.0)}, study="u")], {"u": make_meta(["E"], study="u")}, claims,

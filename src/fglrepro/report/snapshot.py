@@ -177,11 +177,13 @@ def merge_runs(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     return merged.sort_values("study", kind="stable").reset_index(drop=True)
 
 
-def merge_meta(old: Mapping, new: Mapping) -> dict:
+def merge_meta(old: Mapping, new: Mapping, ran: set[str]) -> dict:
     """A study's meta after a merge: ``new``'s, with the rows and columns of the runs the snapshot keeps
     (a run restricted by ``skip_runs`` or ``only_datasets`` does not hide the study's other runs); rows
-    in the order of the study file (``all_rows``), the old columns first."""
-    labels = {**old.get("labels", {}), **new["labels"]}
+    in the order of the study file (``all_rows``), the old columns first. Only runs named in ``ran`` (the
+    study's runs in the merged runs.csv) keep a row, with the ``not_reproducible`` ones: a label with no
+    run would make the study's claims read "not run" instead of naming the row as left out."""
+    labels = {run: label for run, label in {**old.get("labels", {}), **new["labels"]}.items() if run in ran}
     shown = set(labels.values()) | set(new.get("not_reproducible", {}))
     rows = [label for label in new.get("all_rows", new["rows"]) if label in shown]
     columns = [list(c) for c in old.get("columns", [])]
@@ -204,7 +206,9 @@ def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claim
     if merge and (out / RUNS).is_file():
         runs = merge_runs(read_runs(out / RUNS), runs).reindex(columns=RUN_COLUMNS)
         previous = json.loads((out / STUDIES).read_text())
-        metas = {**previous, **{study: merge_meta(previous.get(study, {}), meta) for study, meta in metas.items()}}
+        ran = runs.groupby("study")["run"].agg(set).to_dict()
+        metas = {**previous, **{study: merge_meta(previous.get(study, {}), meta, ran.get(study, set()))
+                                for study, meta in metas.items()}}
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
         if old.is_file() and not old.name.endswith(PARTITION_STATS):
