@@ -70,7 +70,7 @@ def training_jobs(studies: list[str], datasets: list[str]) -> dict[Key, list[str
     """``(study, run, dataset, clients) -> fgl-train argv`` of every seed-0 job of ``studies``."""
     config = ["--config", f"studies=[{','.join(studies)}]", "only_seeds=[0]", f"only_datasets=[{','.join(datasets)}]"]
     jobs = {}
-    for line in snakemake("-n", "-p", *config).splitlines():
+    for line in snakemake("-n", "-p", "--forceall", *config).splitlines():  # jobs already done too
         if not line.startswith("Shell command: fgl-train"):
             continue
         argv = shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
