@@ -1,6 +1,7 @@
 """FedGM: synthetic label budget, the pairwise link predictor, gradient matching that lowers the
 matching loss, the server's model on the union of the condensed graphs, and the later rounds: the
-clients' class gradients combined into the centralised ones, matched by the union's features."""
+clients' class gradients combined into the centralised ones, matched by the union's features; the
+batched condensation of all clients against the clients' condensations in turn."""
 
 from __future__ import annotations
 
@@ -10,27 +11,34 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_sbm
 from helpers import all_clients, assert_refused, make_method, method_problems, one_round
 from test_renode import NO_DROPOUT
 
 from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 from fglrepro.config import EvalConfig, ModelConfig
 from fglrepro.fl.communication import module_bytes
+from fglrepro.fl.engine import ClientBatch
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods.fedgm import (
     CondensedGraph,
     FedGMHparams,
+    PaddedGraphs,
     PairwiseLinkPredictor,
     block_union,
     class_gradients,
     condense,
+    condense_together,
+    first_weight_distances,
     global_class_gradients,
     initial_features,
     matching_loss,
     reinitialise,
+    size_groups,
     synthetic_labels,
 )
+from fglrepro.partition.build import PartitionSpec
 
 FAST = {"outer_epochs": 40, "server_steps": 30, "pge_hidden": 16}
 
@@ -170,10 +178,11 @@ def test_block_union_keeps_each_graph_in_its_block():
 
 def test_one_round_is_the_condensation_then_the_servers_training_bit_for_bit(sbm):
     """Round 1 (the whole one-round form) written out: each client's condensation in turn, one
-    GCN from the study's initial model trained on the union; later rounds change nothing in it."""
-    method = make_method(sbm, "fedgm", FAST, rounds=1, model=NO_DROPOUT)
+    GCN from the study's initial model trained on the union; later rounds change nothing in it
+    (the sequential path; the batched one is compared with it below)."""
+    method = make_method(sbm, "fedgm", FAST, rounds=1, model=NO_DROPOUT, engine="sequential")
     one_round(method, 1)
-    reference = make_method(sbm, "fedgm", FAST, rounds=1, model=NO_DROPOUT)
+    reference = make_method(sbm, "fedgm", FAST, rounds=1, model=NO_DROPOUT, engine="sequential")
     federation, hparams = reference.federation, reference.hparams
     union = block_union([condense(c, federation.model, hparams, federation.generator) for c in reference.clients])
     model = copy.deepcopy(federation.model)
@@ -182,7 +191,7 @@ def test_one_round_is_the_condensation_then_the_servers_training_bit_for_bit(sbm
     train_steps(optimizer, [model], hparams.server_steps, lambda: F.cross_entropy(model(union.x, adj), union.y))
     assert all(torch.equal(p, q) for p, q in zip(method.global_model.parameters(), model.parameters()))
     assert torch.equal(method.federation.generator.get_state(), federation.generator.get_state())
-    multi = make_method(sbm, "fedgm", FAST, rounds=3, model=NO_DROPOUT)
+    multi = make_method(sbm, "fedgm", FAST, rounds=3, model=NO_DROPOUT, engine="sequential")
     one_round(multi, 1)
     assert all(torch.equal(p, q) for p, q in zip(multi.global_model.parameters(), model.parameters()))
 
@@ -308,3 +317,119 @@ def test_architectures_that_ignore_edge_weights_are_refused_with_the_valid_ones(
     assert_refused(method_problems("finetune", {"base": "fedgm"}, model=ModelConfig(hidden=16, arch=arch),
                                    rounds=1), r"model.arch")
     assert not method_problems("fedgm", model=ModelConfig(hidden=16, arch="sgc"), rounds=1)
+
+
+#: Clients with several classes, some absent, and different synthetic node counts.
+MIXED = PartitionSpec("dirichlet", "stratified", 0.4, 0.3, {"alpha": 0.5})
+
+
+def bag_of_words():
+    """The SBM graph with sparse non-negative features (about 6 % non-zeros, read as sparse bags)."""
+    data = make_sbm(num_features=32)
+    data.x = (data.x - 1.5).clamp_min(0.0)
+    return data
+
+
+def mixed_fedgm(data, engine: str, rounds: int, layers: int = 2):
+    return make_method(data, "fedgm", FAST, rounds=rounds, model=ModelConfig(hidden=16, dropout=0.0, layers=layers),
+                       num_clients=4, partition=MIXED, engine=engine, evaluation=EvalConfig(model="global"))
+
+
+@pytest.mark.parametrize("sparse, layers", [(False, 2), (True, 2), (True, 3), (False, 1)])
+def test_batched_condensation_equals_the_clients_in_turn(sbm, sparse, layers):
+    # 25 steps: link predictor, features, link predictor again; padded clients, absent classes
+    method = mixed_fedgm(bag_of_words() if sparse else sbm, "auto", rounds=1, layers=layers)
+    clients, model = method.clients, method.federation.model
+    assert method.batched and (ClientBatch.of(clients, [0, 1, 2, 3]).stacked is not None) == sparse
+    hparams = FedGMHparams(**{**FAST, "outer_epochs": 25})
+    labels = [synthetic_labels(c.y[c.train_mask], c.num_classes, hparams.reduction_rate) for c in clients]
+    assert len({y.numel() for y in labels}) > 1 and any(0 < y.unique().numel() < c.num_classes
+                                                         for y, c in zip(labels, clients))
+    torch.manual_seed(1)  # the link predictors' initial weights
+    generator = torch.Generator().manual_seed(0)
+    expected = [condense(c, model, hparams, generator) for c in clients]
+    global_state = torch.get_rng_state()
+    torch.manual_seed(1)
+    batched_generator = torch.Generator().manual_seed(0)
+    graphs = condense_together(clients, model, hparams, batched_generator)
+    assert torch.equal(batched_generator.get_state(), generator.get_state())
+    assert torch.equal(torch.get_rng_state(), global_state)
+    for graph, reference, client, y in zip(graphs, expected, clients, labels):
+        assert torch.equal(graph.y, reference.y)
+        torch.testing.assert_close(graph.x, reference.x, rtol=0, atol=2e-6)
+        torch.testing.assert_close(graph.adj, reference.adj, rtol=0, atol=2e-6)
+        assert not torch.equal(graph.x, initial_features(client, y, torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_fedgm_runs_alike_on_both_engines(sbm, rounds):
+    methods, histories = [], []
+    for engine in ("auto", "sequential"):  # each built just before its run: the same link predictors
+        methods.append(mixed_fedgm(sbm, engine, rounds))
+        histories.append(run_federation(methods[-1], rounds, EvalConfig(model="global")))
+    assert [m.batched for m in methods] == [True, False]
+    for fast, slow in zip(*(h.rounds for h in histories)):
+        assert fast["weighted"] == pytest.approx(slow["weighted"], abs=1e-6)
+    for p, q in zip(*(m.global_model.parameters() for m in methods)):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-4)
+    torch.testing.assert_close(methods[0].union.x, methods[1].union.x, rtol=0, atol=1e-4)
+
+
+def test_first_weight_distances_are_those_of_the_weight_gradients():
+    gen = torch.Generator().manual_seed(0)
+    data = bag_of_words()
+    method = mixed_fedgm(data, "auto", rounds=1)
+    real = ClientBatch.of(method.clients[:2], [0, 1])
+    sizes, width, copies = [3, 5], 4, data.num_classes
+    x = torch.zeros(2, 5, data.num_features)
+    for k, n in enumerate(sizes):
+        x[k, :n] = torch.randn(n, data.num_features, generator=gen)
+    synthetic = PaddedGraphs(x_pad=x, adj=torch.eye(5).expand(2, 5, 5), batch=torch.arange(2).repeat_interleave(5))
+    real_grad = torch.randn(real.x.size(0), copies, width, generator=gen)
+    synthetic_grad = torch.randn(10, copies, width, generator=gen) * (x.abs().sum(-1) > 0).view(10, 1, 1)
+    real_x = real.pad(real.x)
+    got = first_weight_distances(real, torch.bmm(real_x, real_x.transpose(1, 2)), real_grad, synthetic,
+                                 synthetic_grad)
+    starts = [0, method.clients[0].num_nodes, real.x.size(0)]
+    for k in range(2):
+        for c in range(copies):
+            real_weight = real.x[starts[k]:starts[k + 1]].t() @ real_grad[starts[k]:starts[k + 1], c]
+            synthetic_weight = x[k].t() @ synthetic_grad[5 * k:5 * k + 5, c]
+            expected = (synthetic_weight - real_weight).square().sum()
+            assert got[k, c].item() == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_size_groups_pad_little_and_keep_large_graphs_alone():
+    # by size: 26, 26 | 40, 44 (a third would pad 3 x 40^2 > 1.5 x the pairs) | 96
+    assert size_groups([44, 26, 96, 40, 26]) == [[1, 4], [3, 0], [2]]
+    assert size_groups([300, 300]) == [[0], [1]]  # 2 x 300^2 padded pairs: beyond max_pairs
+
+
+@pytest.mark.parametrize("model", [ModelConfig(hidden=16, dropout=0.5), ModelConfig(hidden=16, dropout=0.0, arch="sgc"),
+                                   ModelConfig(hidden=16, dropout=0.0, readout=True)])
+def test_condensation_runs_client_by_client_for_models_the_batched_path_does_not_take(sbm, model):
+    assert not make_method(sbm, "fedgm", FAST, rounds=1, model=model).batched
+
+
+def test_batched_condensation_equals_the_clients_in_turn_to_float64_rounding():
+    # the float32 paths drift apart over many steps (rounding amplified by the link predictor's
+    # BatchNorm and Adam); in float64 they agree to its rounding: 60 steps, both sides thrice
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        data = bag_of_words()
+        data.x = data.x.double()
+        method = mixed_fedgm(data, "auto", rounds=1)
+        clients, model = method.clients, method.federation.model
+        assert clients[0].x.dtype == clients[0].adj.dtype == torch.float64
+        hparams = FedGMHparams(**{**FAST, "outer_epochs": 60})
+        generator = torch.Generator().manual_seed(0)
+        torch.manual_seed(1)
+        expected = [condense(c, model, hparams, generator) for c in clients]
+        torch.manual_seed(1)
+        graphs = condense_together(clients, model, hparams, torch.Generator().manual_seed(0))
+    finally:
+        torch.set_default_dtype(previous)
+    for graph, reference in zip(graphs, expected):
+        torch.testing.assert_close(graph.x, reference.x, rtol=0, atol=1e-10)
+        torch.testing.assert_close(graph.adj, reference.adj, rtol=0, atol=1e-10)

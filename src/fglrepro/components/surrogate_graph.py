@@ -95,11 +95,11 @@ def edge_weights(predictor: nn.Module, x: Tensor, delta: float) -> Tensor:
 
 
 def dense_normalized_adjacency(weights: Tensor) -> Tensor:
-    """``D^-1/2 (W + I) D^-1/2`` of a dense weighted adjacency ``W [n, n]`` with zero
-    diagonal (dense ``[n, n]``, differentiable)."""
-    with_loops = weights + torch.eye(weights.size(0), dtype=weights.dtype, device=weights.device)
-    inv_sqrt = with_loops.sum(dim=1).pow(-0.5)
-    return inv_sqrt.unsqueeze(1) * with_loops * inv_sqrt.unsqueeze(0)
+    """``D^-1/2 (W + I) D^-1/2`` of a dense weighted adjacency ``W [..., n, n]`` with zero
+    diagonal (dense ``[..., n, n]``, differentiable; a batch of graphs on leading dimensions)."""
+    with_loops = weights + torch.eye(weights.size(-1), dtype=weights.dtype, device=weights.device)
+    inv_sqrt = with_loops.sum(dim=-1).pow(-0.5)
+    return inv_sqrt.unsqueeze(-1) * with_loops * inv_sqrt.unsqueeze(-2)
 
 
 def kink_safe_sqrt(value: Tensor) -> Tensor:

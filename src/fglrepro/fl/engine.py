@@ -54,6 +54,12 @@ class _SymmetricPropagation(torch.autograd.Function):
         return None, torch.sparse.mm(ctx.adj, grad)
 
 
+def symmetric_propagation(adj: Tensor, h: Tensor) -> Tensor:
+    """``adj @ h`` for a symmetric sparse CSR ``adj [N, N]`` and ``h [N, D]`` (gradient to ``h``
+    only, without transposing ``adj``)."""
+    return _SymmetricPropagation.apply(adj, h)
+
+
 @dataclass
 class ClientBatch:
     """The disjoint union of ``m`` client graphs, nodes ordered client by client.
@@ -221,7 +227,7 @@ class StackedGCN:
             weight, bias = (params[j] for j in self.layers[i])
             hidden = h if i > 0 else batch.x
             h = self._first(weight, batch, shared) if i == 0 else self._linear(h, weight, batch, shared)
-            h = _SymmetricPropagation.apply(batch.adj, h) + (bias if shared else bias[batch.batch])
+            h = symmetric_propagation(batch.adj, h) + (bias if shared else bias[batch.batch])
             if i < self.num_convs - 1 or self.readout:
                 h = self._dropout(F.relu(h), training, masks, layer)
                 layer += 1

@@ -42,15 +42,37 @@ class's shortfall, which weights the clients almost alike but drops a client wit
 class); fresh GCNs are drawn Glorot-uniform with zero biases (:func:`reinitialise`). As in the code,
 the server trains on the current ``X'`` (the code records its lowest-loss ``X'`` but never uses it).
 
-Cost (opfgl_table8, Cora, 10 clients, seed 0, 100 rounds, 1 thread, load 5-6 on 2 cores, median of 3
-interleaved with FedAvg): 429 CPU s per process (user+sys; the run's own ``cpu_s`` 427) against FedAvg's
-4.1 (2.6), about 105x (164x by ``cpu_s``); round 1's condensation is about 190 s of it, each later round
-about 2.3 s (mostly the server's 600 training steps on the union). The condensation's C per-class
-gradients per step stay C autograd calls: one batched vector-Jacobian product over the classes
-(``torch.autograd.grad(..., is_grads_batched=True)``, the same values up to float rounding) was measured
-1.24x faster on the synthetic side (31 -> 25 ms per step, a Cora-sized client, 2026-11-28, under load) and
-has no batching rule for the real side's sparse CSR operator, so the loop stays (the 1000 steps per client
-are the authors' ``epochs``).
+Fast path (``train.engine`` not ``sequential``, a GCN without readout, jumping knowledge or dropout,
+:func:`batchable`; otherwise, e.g. SGC, readout or dropout > 0, each client runs :func:`condense` in
+turn, the reference): round 1 condenses all participants at once (:func:`condense_together`). Clients
+are grouped by synthetic node count (:func:`size_groups`, little padding); in a group the features are
+padded ``[m, n, F]``, each step's GCNs stacked ``[m, ...]``, and every (client, class) pair gets its own
+copy of its client's GCN, so that one gradient of the sum of the copies' class losses gives all class
+gradients, on the real graphs (their union, :class:`~fglrepro.fl.engine.ClientBatch`) and on the
+synthetic ones (:func:`copy_gradients`); the first layer's weight-gradient distance is expanded through
+Gram matrices, never forming the ``[F, H]`` gradients (:func:`first_weight_distances`). The link
+predictors run one by one (their ``n'^2`` pairs make them compute-bound, not call-bound). Each client
+draws the same random numbers as in turn (:func:`condensation_starts`: ``generator`` skips each client's
+GCN draws, 0.4 s a client on Cora, and ends in the same state), Adam moves every element as its
+client's own Adam would, and the lowest-loss ``X'``, ``A'`` are kept per client: the same graphs up to
+float rounding (``tests/test_fedgm.py``). In float64 on Cora's ten clients both paths' ``X'``, ``A'``
+agree to 3e-11 after 20 steps; in float32 each path is 2e-2 to 2e-1 from that float64 result after
+20 steps (the PGE's BatchNorm over ``n'^2`` pairs loses about 1e-3 of its gradient's relative
+precision, and Adam's sign-like early steps amplify the rounding), so over the 1000 steps the rounding
+alone moves the final accuracy by about a point (below).
+
+Cost (opfgl_table1 FedGM+ft, Cora, 10 clients, seed 0, one round, 1 thread, ``/usr/bin/time``
+user+sys, 2026-11-28, load 2.5-3.7 on 2 cores, two other nice'd jobs): 206 CPU s before this path
+(per-client loop with fast kernels, one run; test accuracy 73.33, macro-F1 63.08), 129-144 s on it
+(three runs; 72.78, 62.62 each time), about 1.5x; the old per-client loop at ``train.engine: sequential``
+(dense first layer: other float rounding only) took 247 s and gave 74.63, 65.51, so the batched result
+lies within the rounding spread of the per-client one. Synthetic node counts on Cora are 26-96 per client (not a
+dozen), so the link predictor's ``n'^2``-pair MLP (forward and backward every step: the features step
+through it too) is about half of each step on both paths and does not batch away: per step, the nine
+clients of 26-44 nodes take about 95 ms batched against 145 ms in turn, the client of 96 nodes 44 ms
+on both. Earlier, for opfgl_table8 (100 rounds, load 5-6): 429 CPU s per run against FedAvg's 4.1,
+round 1's condensation about 190 s of it, each later round about 2.3 s (mostly the server's 600
+training steps on the union); the 1000 steps per client are the authors' ``epochs``.
 """
 
 from __future__ import annotations
@@ -67,9 +89,12 @@ from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes
+from fglrepro.fl.engine import ClientBatch, StackedGCN, is_symmetric, symmetric_propagation
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods import register
+from fglrepro.models import GCN
+from fglrepro.sparse import sparse_matmul
 
 
 @dataclass(frozen=True)
@@ -233,6 +258,265 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
     return CondensedGraph(x=best[0], adj=best[1], y=labels)
 
 
+def batchable(model: nn.Module, clients: list[ClientData]) -> bool:
+    """Whether :func:`condense_together` runs for ``model`` and ``clients``: a :class:`~fglrepro.models.GCN`
+    without readout, jumping knowledge or dropout, on symmetric client adjacencies."""
+    return (type(model) is GCN and model.readout is None and model.jk is None and model.dropout == 0
+            and all(is_symmetric(c.adj) for c in clients))
+
+
+@dataclass
+class PaddedGraphs:
+    """``m`` dense graphs padded to ``n`` nodes, with the fields of
+    :class:`~fglrepro.fl.engine.ClientBatch` that :func:`copy_gradients` reads; their rows
+    ``R = m n`` in padded order (graph by graph, padding included).
+
+    Attributes:
+        x_pad: ``[m, n, F]`` features (zero rows after each graph's nodes).
+        adj: ``[m, n, n]`` dense normalised adjacencies (padded nodes with their self-loop only).
+        batch: ``[R]`` the graph of each row.
+        stacked: no sparse features (``None``).
+    """
+
+    x_pad: Tensor
+    adj: Tensor
+    batch: Tensor
+    stacked: None = None
+
+    @property
+    def num_clients(self) -> int:
+        return self.x_pad.size(0)
+
+    def pad(self, h: Tensor) -> Tensor:
+        """``[R, D]`` -> ``[m, n, D]``."""
+        return h.view(self.x_pad.size(0), self.x_pad.size(1), h.size(-1))
+
+    def unpad(self, h: Tensor) -> Tensor:
+        """``[m, n, D]`` -> ``[R, D]``."""
+        return h.reshape(-1, h.size(-1))
+
+
+#: The graphs :func:`copy_gradients` reads: real clients' (sparse or dense features) or synthetic ones.
+Graphs = ClientBatch | PaddedGraphs
+
+
+def feature_product(graphs: Graphs, weight: Tensor) -> Tensor:
+    """``X_k W_k`` of each graph k's features: ``weight [m, F, D]`` (contiguous) -> ``[R, D]``."""
+    if graphs.stacked is not None:
+        return sparse_matmul(graphs.stacked, weight.view(-1, weight.size(-1)))
+    return graphs.unpad(torch.bmm(graphs.x_pad, weight))
+
+
+def propagate(graphs: Graphs, h: Tensor) -> Tensor:
+    """Each graph's normalised adjacency times its rows of ``h [R, D]`` -> ``[R, D]``."""
+    if graphs.adj.layout == torch.sparse_csr:
+        return symmetric_propagation(graphs.adj, h)
+    return graphs.unpad(torch.bmm(graphs.adj, graphs.pad(h)))
+
+
+def copy_linear(graphs: Graphs, h: Tensor, weight: Tensor) -> Tensor:
+    """Row r of graph k, copy c, times copy (k, c)'s weight: ``h [R, C, D]``, ``weight [m, C, D, D']``
+    -> ``[R, C, D']``."""
+    m, copies = weight.shape[:2]
+    padded = graphs.pad(h.reshape(h.size(0), -1)).view(m, -1, copies, h.size(-1))
+    out = torch.matmul(padded.transpose(1, 2), weight).transpose(1, 2)
+    return graphs.unpad(out.reshape(m, out.size(1), -1)).view(h.size(0), copies, -1)
+
+
+def copy_gradients(graphs: Graphs, theta: list[Tensor], layers: list[tuple[int, int]], num_classes: int,
+                   rows: Tensor, labels: Tensor, row_weights: Tensor, create_graph: bool) -> list[Tensor]:
+    """Per copy (k, c), for each graph k and class c, of graph k's GCN parameters: the gradient of
+    the mean cross-entropy of graph k's rows labelled c (:func:`class_gradients` of all graphs at once).
+
+    Every copy runs the GCN on its graph; one gradient of the sum over rows ``rows [R']`` (labels
+    ``labels [R']``) of ``row_weights [R'] *`` the cross-entropy of row r's logits under copy
+    (k_r, labels_r), with weights ``1 / n_kc`` (0 for a row left out), is each copy's gradient. The
+    copies of the first layer are those of its product ``X_k W_1`` (the same for all classes): the
+    gradient ``D_kc`` of the product, the weight's being ``X_k^T D_kc`` (:func:`first_weight_distances`).
+
+    Args:
+        theta: ``[m, ...]`` graph k's parameters (:class:`~fglrepro.fl.engine.StackedGCN` layout,
+            requiring gradient), ``layers`` the positions of each layer's (weight, bias).
+        create_graph: keep the gradients differentiable (w.r.t. the graphs' features and adjacency).
+
+    Returns:
+        ``D [R, C, H]``, then ``[m, C, ...]``: every layer's bias ``[m, C, D_l]``, the later layers'
+        weights ``[m, C, D_{l-1}, D_l]``.
+    """
+    first = feature_product(graphs, theta[layers[0][0]]).unsqueeze(1).expand(-1, num_classes, -1)
+    biases = [theta[b].unsqueeze(1).expand(-1, num_classes, -1) for _, b in layers]
+    weights = [theta[w].unsqueeze(1).expand(-1, num_classes, -1, -1) for w, _ in layers[1:]]
+    h = first
+    for i, bias in enumerate(biases):
+        if i > 0:
+            h = copy_linear(graphs, F.relu(h), weights[i - 1])
+        h = propagate(graphs, h.reshape(h.size(0), -1)).view(h.size(0), num_classes, -1) + bias[graphs.batch]
+    loss = (F.cross_entropy(h[rows, labels], labels, reduction="none") * row_weights).sum()
+    return list(torch.autograd.grad(loss, [first, *biases, *weights], create_graph=create_graph))
+
+
+def first_weight_distances(real: ClientBatch, real_gram: Tensor, real_grad: Tensor, synthetic: PaddedGraphs,
+                           synthetic_grad: Tensor) -> Tensor:
+    """``[m, C]``: ``||X'_k^T D'_kc - X_k^T D_kc||^2``, the distance of copy (k, c)'s first-layer weight
+    gradients, from the gradients of its product on the real side ``real_grad [N, C, H]`` and on the
+    synthetic one ``synthetic_grad [m n, C, H]`` (:func:`copy_gradients`), expanded as
+    ``<D', K' D'> - 2 <D', X' X^T D> + <D, K D>`` with the Gram matrices ``K' = X' X'^T`` and
+    ``real_gram [m, n_max, n_max]`` ``K = X X^T`` (each real graph's, padded): the ``[F, H]`` weight
+    gradients are never formed (the same value up to float rounding)."""
+    x = synthetic.x_pad
+    m, n = x.shape[:2]
+    copies, width = real_grad.shape[1:]
+    real_flat = real.pad(real_grad.reshape(real_grad.size(0), -1))  # [m, n_max, C H]
+    real_norm = (real_flat * torch.bmm(real_gram, real_flat)).view(m, -1, copies, width).sum(dim=(1, 3))
+    cross = feature_product(real, x.transpose(1, 2).contiguous())  # [N, n]: X_i . X'_kj
+    mixed = torch.bmm(real.pad(cross).transpose(1, 2), real_flat)  # [m, n, C H]: X' X^T D
+    grad = synthetic.pad(synthetic_grad.reshape(m * n, -1))
+    quadratic = torch.bmm(torch.bmm(x, x.transpose(1, 2)), grad)  # [m, n, C H]: K' D'
+    return (grad * (quadratic - 2 * mixed)).view(m, n, copies, width).sum(dim=(1, 3)) + real_norm
+
+
+def matching_distances(first: Tensor, synthetic: list[Tensor], real: list[Tensor], weights: Tensor) -> Tensor:
+    """``[m]``: :func:`matching_loss` of each graph k, ``sum_c w_kc sum_p ||g'_kcp - g_kcp||^2``, from
+    its copies' distances of the first layer's weight gradients ``first [m, C]``
+    (:func:`first_weight_distances`) and their gradients ``[m, C, ...]`` of the other parameters
+    (:func:`copy_gradients`), ``weights [m, C]``."""
+    total = first + sum((s - r).square().sum(dim=tuple(range(2, s.dim()))) for s, r in zip(synthetic, real))
+    return (total * weights).sum(dim=1)
+
+
+def class_row_weights(owners: Tensor, labels: Tensor, counts: Tensor, kept: Tensor, dtype: torch.dtype) -> Tensor:
+    """``[R']`` the weight ``1 / n_kc`` (``dtype``) of each row of graph ``owners [R']`` with label
+    ``labels [R']`` (``counts [m, C]`` its graph's rows per class), 0 where ``kept [m, C]`` is False."""
+    own = counts[owners, labels].to(dtype)
+    return torch.where(kept[owners, labels], 1 / own, torch.zeros_like(own))
+
+
+@dataclass
+class CondensationStart:
+    """What a client's :func:`condense` draws before its steps: labels ``y' [n']``, initial features
+    ``X' [n', F]``, the link predictor, and a generator in the state its first GCN is drawn from."""
+
+    labels: Tensor
+    features: Tensor
+    predictor: PairwiseLinkPredictor
+    generator: torch.Generator
+
+
+def condensation_starts(clients: list[ClientData], model: nn.Module, hparams: FedGMHparams,
+                        generator: torch.Generator) -> list[CondensationStart]:
+    """The starts of :func:`condense` of ``clients`` in turn: each client's initial features from
+    ``generator``, its link predictor from torch's global random numbers, a fork of ``generator``
+    for its GCNs, which ``generator`` then skips (``outer_epochs`` draws of :func:`reinitialise` of a
+    copy of ``model``, discarded): ``generator`` ends where the condensations in turn leave it."""
+    skipped = copy.deepcopy(model)
+    starts = []
+    for client in clients:
+        labels = synthetic_labels(client.y[client.train_mask], client.num_classes, hparams.reduction_rate)
+        features = initial_features(client, labels, generator)
+        predictor = PairwiseLinkPredictor(client.x.size(1), hparams.pge_hidden, hparams.pge_layers)
+        fork = torch.Generator(device=generator.device)
+        fork.set_state(generator.get_state())
+        starts.append(CondensationStart(labels, features, predictor.to(client.x.device), fork))
+        for _ in range(hparams.outer_epochs):
+            reinitialise(skipped, generator)
+    return starts
+
+
+def size_groups(sizes: list[int], waste: float = 1.5, max_pairs: int = 1 << 16) -> list[list[int]]:
+    """Positions of ``sizes`` (synthetic node counts) in groups condensed together: in order of size,
+    a group takes the next size while its padded pairs ``m n_max^2`` stay within ``waste`` times its
+    pairs ``sum_k n_k^2`` and within ``max_pairs`` (a size beyond it stays alone)."""
+    groups: list[list[int]] = []
+    pairs = 0
+    for k in sorted(range(len(sizes)), key=lambda k: sizes[k]):
+        padded = (len(groups[-1]) + 1) * sizes[k] ** 2 if groups else 0
+        if groups and padded <= waste * (pairs + sizes[k] ** 2) and padded <= max_pairs:
+            groups[-1].append(k)
+            pairs += sizes[k] ** 2
+        else:
+            groups.append([k])
+            pairs = sizes[k] ** 2
+    return groups
+
+
+def condense_together(clients: list[ClientData], model: nn.Module, hparams: FedGMHparams,
+                      generator: torch.Generator) -> list[CondensedGraph]:
+    """:func:`condense` of each of ``clients`` in turn, computed for groups of clients with similar
+    synthetic node counts at once (:func:`size_groups`, :func:`condense_group`; ``model`` as
+    :func:`batchable` asks). The same random numbers per client (:func:`condensation_starts`), so the
+    same graphs up to float rounding, and ``generator`` in the same final state."""
+    starts = condensation_starts(clients, model, hparams, generator)
+    graphs: list[CondensedGraph | None] = [None] * len(clients)
+    for group in size_groups([s.labels.numel() for s in starts]):
+        condensed = condense_group([clients[k] for k in group], [starts[k] for k in group], model, hparams)
+        for k, graph in zip(group, condensed):
+            graphs[k] = graph
+    return graphs
+
+
+def condense_group(clients: list[ClientData], starts: list[CondensationStart], model: nn.Module,
+                   hparams: FedGMHparams) -> list[CondensedGraph]:
+    """The steps of :func:`condense` of ``clients`` from their ``starts``, as one computation: features
+    padded ``X' [m, n, F]``, GCNs stacked ``[m, ...]``, class gradients of all (client, class) pairs at
+    once (:func:`copy_gradients`). The link predictors run one by one (their ``n_k^2`` pairs make them
+    costly, not the calls), as in :func:`condense`. One Adam for the stacked features and one for all
+    link predictors: every client steps the same side at every step, so each element moves as under its
+    client's own Adam (padded rows get zero gradients and stay zero)."""
+    num_classes, device = clients[0].num_classes, clients[0].x.device
+    sizes = [s.labels.numel() for s in starts]
+    m, n = len(sizes), max(sizes)
+    nodes = torch.arange(n, device=device) < torch.tensor(sizes, device=device).unsqueeze(1)  # [m, n]
+    x = starts[0].features.new_zeros(m, n, starts[0].features.size(1))
+    x[nodes] = torch.cat([s.features for s in starts])
+    x.requires_grad_(True)
+    y = torch.cat([s.labels for s in starts])
+    per_class = torch.stack([torch.bincount(s.labels, minlength=num_classes) for s in starts])  # [m, C]
+    class_weight = per_class.to(x.dtype) / per_class.amax(dim=1, keepdim=True)
+    synthetic_rows = nodes.flatten().nonzero().flatten()
+    synthetic_owners = torch.repeat_interleave(torch.arange(m, device=device), torch.tensor(sizes, device=device))
+    synthetic_weights = class_row_weights(synthetic_owners, y, per_class, per_class > 0, x.dtype)
+    padded_owners = torch.arange(m, device=device).repeat_interleave(n)
+    real = ClientBatch.of(clients, list(range(m)))
+    real_x = real.pad(real.x)
+    real_gram = torch.bmm(real_x, real_x.transpose(1, 2))
+    real_rows = real.train_mask.nonzero().flatten()
+    real_labels, real_owners = real.y[real_rows], real.batch[real_rows]
+    real_counts = torch.bincount(real_owners * num_classes + real_labels, minlength=m * num_classes)
+    real_weights = class_row_weights(real_owners, real_labels, real_counts.view(m, num_classes), per_class > 0,
+                                     x.dtype)
+    gcn, thetas = StackedGCN(model), [copy.deepcopy(model) for _ in clients]
+    pge_params = [p for s in starts for p in s.predictor.parameters()]
+    feature_opt = torch.optim.Adam([x], lr=hparams.feature_lr)
+    pge_opt = torch.optim.Adam(pge_params, lr=hparams.pge_lr)
+    best_loss = torch.full((m,), math.inf, device=device)
+    best_x, best_adj = x.detach().clone(), x.new_zeros(m, n, n)
+    cycle = hparams.pge_steps + hparams.feature_steps
+    for epoch in range(hparams.outer_epochs):
+        for theta, start in zip(thetas, starts):
+            reinitialise(theta, start.generator)
+        theta = [p.requires_grad_(True) for p in gcn.gather(thetas)]
+        real_grads = copy_gradients(real, theta, gcn.layers, num_classes, real_rows, real_labels, real_weights,
+                                    create_graph=False)
+        adj = torch.stack([F.pad(s.predictor(x[k, :size]), (0, n - size, 0, n - size))
+                           for k, (s, size) in enumerate(zip(starts, sizes))])
+        synthetic = PaddedGraphs(x_pad=x, adj=dense_normalized_adjacency(adj), batch=padded_owners)
+        synthetic_grads = copy_gradients(synthetic, theta, gcn.layers, num_classes, synthetic_rows, y,
+                                         synthetic_weights, create_graph=True)
+        first = first_weight_distances(real, real_gram, real_grads[0], synthetic, synthetic_grads[0])
+        losses = matching_distances(first, synthetic_grads[1:], real_grads[1:], class_weight)
+        with torch.no_grad():
+            better = losses < best_loss
+            best_loss = torch.where(better, losses, best_loss)
+            best_x = torch.where(better.view(m, 1, 1), x, best_x)
+            best_adj = torch.where(better.view(m, 1, 1), adj, best_adj)
+        optimizer, stepped = (pge_opt, pge_params) if epoch % cycle < hparams.pge_steps else (feature_opt, [x])
+        for p, grad in zip(stepped, torch.autograd.grad(losses.sum(), stepped)):
+            p.grad = grad
+        optimizer.step()
+    return [CondensedGraph(x=best_x[k, :size].clone(), adj=best_adj[k, :size, :size].clone(), y=start.labels)
+            for k, (size, start) in enumerate(zip(sizes, starts))]
+
+
 def block_union(graphs: list[CondensedGraph]) -> CondensedGraph:
     """The disjoint union of condensed graphs (block-diagonal ``adj``)."""
     return CondensedGraph(x=torch.cat([g.x for g in graphs]), adj=torch.block_diag(*[g.adj for g in graphs]),
@@ -305,14 +589,33 @@ class FedGM(FederatedMethod):
         self.union_adj: Tensor | None = None  # [n', n'] normalised adjacency of the union, fixed
         self.feature_opt: torch.optim.Adam | None = None
 
+    @property
+    def batched(self) -> bool:
+        """Whether round 1 condenses all participants at once (:func:`condense_together`):
+        ``train.engine`` is not ``sequential`` and the model is :func:`batchable`."""
+        return self.federation.train.engine != "sequential" and batchable(self.federation.model, self.clients)
+
+    def client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
+        """Round 1 on the fast path: the condensations of all participants at once
+        (:func:`condense_together`); otherwise :meth:`client_update` for each in turn."""
+        if round_ > 1 or not self.batched:
+            return super().client_updates(ks, round_)
+        graphs = condense_together([self.clients[k] for k in ks], self.federation.model, self.hparams,
+                                   self.federation.generator)
+        return {k: self.condensed_upload(k, graph) for k, graph in zip(ks, graphs)}
+
     def client_update(self, k: int, round_: int) -> Upload:
         if round_ == 1:
-            graph = condense(self.clients[k], self.federation.model, self.hparams, self.federation.generator)
-            extras = {"x": graph.x, "adj": graph.adj, "y": graph.y}
-        else:
-            counts, gradients = client_class_gradients(self.matching_model, self.clients[k])
-            extras = {"counts": counts, "gradients": gradients}
-        return Upload(params={}, extras=extras, weight=float(self.clients[k].num_nodes), loss=0.0)
+            return self.condensed_upload(k, condense(self.clients[k], self.federation.model, self.hparams,
+                                                     self.federation.generator))
+        counts, gradients = client_class_gradients(self.matching_model, self.clients[k])
+        return Upload(params={}, extras={"counts": counts, "gradients": gradients},
+                      weight=float(self.clients[k].num_nodes), loss=0.0)
+
+    def condensed_upload(self, k: int, graph: CondensedGraph) -> Upload:
+        """Client ``k``'s round-1 upload of its condensed ``graph``."""
+        return Upload(params={}, extras={"x": graph.x, "adj": graph.adj, "y": graph.y},
+                      weight=float(self.clients[k].num_nodes), loss=0.0)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
         if round_ == 1:
