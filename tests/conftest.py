@@ -13,6 +13,11 @@ from torch_geometric.utils import stochastic_blockmodel_graph, to_undirected
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = REPO / "resources" / "datasets" / "planetoid"
 
+# One thread, as every training job runs (``fgl-train --threads 1``): the tests' small tensors gain
+# nothing from more, and on a machine busy with other jobs, threads waiting for a busy core made
+# tests/test_fedgm.py take 824 s instead of 11.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
