@@ -283,10 +283,6 @@ class PaddedGraphs:
     batch: Tensor
     stacked: None = None
 
-    @property
-    def num_clients(self) -> int:
-        return self.x_pad.size(0)
-
     def pad(self, h: Tensor) -> Tensor:
         """``[R, D]`` -> ``[m, n, D]``."""
         return h.view(self.x_pad.size(0), self.x_pad.size(1), h.size(-1))
