@@ -80,7 +80,7 @@ class Progress:
         self.workers = max(1, workers)
         self.since = time.time() if since is None else since
         stored = stored or {}
-        self.stored = {path: stored[run_key(path)] for path in self.todo if run_key(path) in stored}
+        self.stored = {path: cost for path in self.todo if (cost := stored.get(run_key(path))) is not None}
         self.costs: dict[Path, tuple[str, float]] = {}
 
     def update(self) -> None:
