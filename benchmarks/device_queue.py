@@ -1,0 +1,169 @@
+"""Run the workflow's training jobs that the results snapshot lacks on another machine (a lent GPU node)
+that has no Snakemake, then fold what came back like any other run.
+
+    python benchmarks/device_queue.py export --studies fedtad_table4 ... --datasets Cora CiteSeer \\
+        [--runs fedsage_plus ...] --out .gpu/queue.json                       # here, with Snakemake
+    python3 benchmarks/device_queue.py run --queue .gpu/queue*.json --workers 12 --deadline 400 \\
+        --log $OUT/queue.csv                                                  # there, plain Python
+
+``export`` asks Snakemake (dry run, every seed of the studies) for the jobs of every training run whose
+run JSON is not in ``docs/results/runs.csv``, keeps the workflow's own commands (``fgl-train`` and the
+``fgl-data`` download / prepare jobs of its inputs), orders the training jobs longest first (the
+snapshot's median CPU seconds of the same method and dataset; unknown first) and builds the partitions
+here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
+``workers`` processes, each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
+no job starts after ``deadline`` seconds and jobs still running at ``deadline + grace`` are stopped.
+It writes the run JSONs where the workflow would (``results/runs/...``) and one CSV row per job
+(target, seconds, status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shell_commands(config: list[str]) -> list[list[str]]:
+    """argv of every job Snakemake would run (dry run, ``--forceall``) under ``--config config``."""
+    out = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "-p", "--forceall",
+                          "--config", *config], cwd=REPO, check=True, capture_output=True, text=True).stdout
+    return [shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
+            for line in out.splitlines() if line.startswith("Shell command: fgl-")]
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def expected_seconds(runs_csv: Path) -> dict[tuple[str, str], float]:
+    """``(method, dataset) -> median wall seconds`` of the snapshot's runs."""
+    import pandas as pd
+
+    runs = pd.read_csv(runs_csv)
+    return runs.groupby(["method", "dataset"])["wall_s"].median().to_dict()
+
+
+def export(args) -> None:
+    config = [f"studies=[{','.join(args.studies)}]", f"only_datasets=[{','.join(args.datasets)}]",
+              "only_seeds=all", "skip_runs=[]"]
+    commands = shell_commands(config)
+    done = set()
+    runs_csv = REPO / "docs/results/runs.csv"
+    with runs_csv.open() as handle:
+        done = {row["target"] for row in csv.DictReader(handle)}
+    train = [argv for argv in commands if argv[0] == "fgl-train" and flag(argv, "--out") not in done]
+    if args.runs:
+        train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"] in args.runs]
+    cost = expected_seconds(runs_csv)
+
+    def key(argv):
+        spec = json.loads(flag(argv, "--spec"))
+        return -cost.get((spec["method"], spec["dataset"]), float("inf")), flag(argv, "--out")
+
+    train.sort(key=key)
+    data = {flag(argv, "--data") for argv in train}
+    prepare = [argv for argv in commands if argv[:2] == ["fgl-data", "prepare"] and flag(argv, "--out") in data]
+    records = {flag(argv, "--record") for argv in prepare}
+    download = [argv for argv in commands if argv[:2] == ["fgl-data", "download"] and flag(argv, "--out") in records]
+    partitions = sorted({flag(argv, "--partition") for argv in train})
+    if partitions:
+        subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", str(os.cpu_count()),
+                        "--config", *config, "--", *partitions], cwd=REPO, check=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"download": download, "prepare": prepare, "train": train}, indent=1))
+    print(f"{len(train)} training jobs, {len(prepare)} preparations, {len(partitions)} partitions -> {args.out}")
+
+
+def module_argv(argv: list[str], device: str | None) -> list[str]:
+    """``fgl-<tool> ...`` as ``python -m fglrepro.cli.<tool> ...`` (``--device`` replaced when given)."""
+    argv = list(argv)
+    if device and "--device" in argv:
+        argv[argv.index("--device") + 1] = device
+    return [sys.executable, "-m", f"fglrepro.cli.{argv[0].removeprefix('fgl-')}", *argv[1:]]
+
+
+def run_job(argv: list[str], device: str | None, stop_at: float, log_dir: Path) -> tuple[str, float, str]:
+    """Run one job to its end or until ``stop_at`` (monotonic clock); ``(target, seconds, status)``."""
+    target = flag(argv, "--out")
+    start = time.monotonic()
+    if start >= stop_at:
+        return target, 0.0, "not started"
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    log = log_dir / (target.replace("/", "_") + ".log")
+    with log.open("w") as handle:
+        proc = subprocess.Popen(module_argv(argv, device), stdout=handle, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        try:
+            code = proc.wait(timeout=max(stop_at - start, 1))
+            status = "ok" if code == 0 else f"exit {code}"
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            status = "stopped at the deadline"
+    seconds = time.monotonic() - start
+    print(f"{status:>10} {seconds:7.1f} s  {target}", flush=True)
+    return target, seconds, status
+
+
+def run(args) -> None:
+    queue = {"download": [], "prepare": [], "train": []}
+    for path in args.queue:
+        for stage, jobs in json.loads(path.read_text()).items():
+            queue[stage] += [argv for argv in jobs if argv not in queue[stage]]
+    start = time.monotonic()
+    start_by, stop_at = start + args.deadline, start + args.deadline + args.grace
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for stage in ("download", "prepare"):
+        with ThreadPoolExecutor(args.workers) as pool:
+            rows += pool.map(lambda argv: run_job(argv, None, stop_at, args.log_dir), queue[stage])
+    with ThreadPoolExecutor(args.workers) as pool:
+        def train(argv):
+            if time.monotonic() >= start_by:
+                return flag(argv, "--out"), 0.0, "not started"
+            return run_job(argv, args.device, stop_at, args.log_dir)
+        rows += pool.map(train, queue["train"])
+    with open(args.log, "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["target", "seconds", "status"])
+        writer.writerows(rows)
+    trained = [row for row in rows if row[0].startswith("results/runs/")]
+    ok = sum(row[2] == "ok" for row in trained)
+    print(f"{ok} of {len(trained)} training jobs finished in {time.monotonic() - start:.0f} s "
+          f"({args.workers} workers, device {args.device or 'as exported'})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    exp = sub.add_parser("export", help="write the queue of missing runs (needs Snakemake)")
+    exp.add_argument("--studies", nargs="+", required=True)
+    exp.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
+    exp.add_argument("--runs", nargs="+", help="only these runs (table rows)")
+    exp.add_argument("--out", type=Path, required=True)
+    exp.set_defaults(func=export)
+    rn = sub.add_parser("run", help="run an exported queue (no Snakemake needed)")
+    rn.add_argument("--queue", type=Path, nargs="+", required=True, help="exported queues, run in this order")
+    rn.add_argument("--workers", type=int, default=os.cpu_count())
+    rn.add_argument("--device", choices=("cpu", "cuda"), help="override the jobs' --device")
+    rn.add_argument("--deadline", type=float, default=float("inf"), help="start no job after this many seconds")
+    rn.add_argument("--grace", type=float, default=60.0, help="stop running jobs this long after the deadline")
+    rn.add_argument("--log", type=Path, required=True, help="CSV of (target, seconds, status)")
+    rn.add_argument("--log-dir", type=Path, default=Path("results/logs/device_queue"))
+    rn.set_defaults(func=run)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
