@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_cli import BASE, train
 
-from fglrepro.provenance import dirty_paths, machine, source_tree
+from fglrepro.provenance import dirty_paths, machine, run_paths, source_tree
 
 
 def test_dirty_paths_ignore_outputs_only():
@@ -17,6 +17,13 @@ def test_dirty_paths_ignore_outputs_only():
                            "R  old.py -> src/new.py", "?? resultsX/y", ""])
     assert dirty_paths(porcelain) == ["src/fglrepro/x.py", "notes.txt", "src/new.py", "resultsX/y"]
     assert dirty_paths("?? results/a\n M data/b\n") == []
+
+
+def test_only_paths_a_run_executes_or_reads_count():
+    paths = ["src/fglrepro/x.py", "notes.txt", "benchmarks/b.py", "tests/t.py", "config/studies/s.yaml",
+             "Snakefile", "workflow/rules/train.smk", "docs/x.md", "srcX/y", ".gpu/queue.json", "resources/r.npz"]
+    assert run_paths(paths) == ["src/fglrepro/x.py", "config/studies/s.yaml", "Snakefile",
+                                "workflow/rules/train.smk", "resources/r.npz"]
 
 
 def git(repo, *args):
@@ -48,6 +55,11 @@ def test_source_tree_is_dirty_when_code_changes_not_when_outputs_do(repo):
     git(repo, "checkout", "src/m.py")
     (repo / "src" / "new.py").write_text("")
     assert source_tree(repo)["git_dirty_paths"] == ["src/new.py"]
+    (repo / "src" / "new.py").unlink()
+    (repo / "benchmarks").mkdir()
+    (repo / "benchmarks" / "b.py").write_text("")
+    (repo / "notes.txt").write_text("")
+    assert source_tree(repo / "src") == {**clean, "git_dirty_paths": []}
 
 
 def test_source_tree_outside_git_is_unknown(tmp_path):

@@ -4,6 +4,8 @@ machine's floating-point stack (CPU model, torch build, BLAS / MKL / OpenMP, thr
 Two runs of the same spec give the same numbers only on the same code and, for some methods, the
 same floating-point stack (:func:`machine`); a run records both so that a difference can be traced,
 and the snapshot refuses runs made from a dirty tree (:func:`fglrepro.report.snapshot.check_clean`).
+A tree is dirty for a run only where it differs from its commit in what a run executes or reads
+(:data:`RUN_PATHS`): an edited benchmark script, test or document does not change a run's numbers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from pathlib import Path
 
 #: top-level folders of the repository that hold outputs, not source: changes there leave the tree clean.
 OUTPUT_DIRS = ("results", "data")
+#: top-level paths of the repository that a run executes or reads: the package, the studies and
+#: settings, the workflow, the bundled raw files and the package's own metadata.
+RUN_PATHS = ("src", "config", "workflow", "resources", "Snakefile", "pyproject.toml")
 #: environment variables that change which kernels or how many threads torch's CPU backends use.
 NUMERIC_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY",
                "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
@@ -40,10 +45,16 @@ def dirty_paths(porcelain: str, ignore: tuple[str, ...] = OUTPUT_DIRS) -> list[s
     return paths
 
 
+def run_paths(paths: list[str]) -> list[str]:
+    """Those of ``paths`` (repository-relative) that can change a run: under :data:`RUN_PATHS`."""
+    return [path for path in paths if path.split("/", 1)[0] in RUN_PATHS]
+
+
 def source_tree(where: str | Path | None = None) -> dict:
     """``git_commit`` (HEAD of the repository holding ``where``, default this package; ``unknown``
-    outside a git checkout), ``git_dirty`` (whether tracked or untracked files outside results/ and
-    data/ differ from that commit; None when unknown) and ``git_dirty_paths`` (up to 20 of them)."""
+    outside a git checkout), ``git_dirty`` (whether tracked or untracked files under
+    :data:`RUN_PATHS` differ from that commit; None when unknown) and ``git_dirty_paths`` (up to 20
+    of them)."""
     cwd = Path(where or __file__).resolve()
     cwd = cwd if cwd.is_dir() else cwd.parent
     head = _git(["rev-parse", "HEAD"], cwd)
@@ -51,7 +62,7 @@ def source_tree(where: str | Path | None = None) -> dict:
         return {"git_commit": "unknown", "git_dirty": None, "git_dirty_paths": []}
     top = _git(["rev-parse", "--show-toplevel"], cwd)
     status = _git(["status", "--porcelain", "--untracked-files=all"], Path(top.strip()) if top else cwd)
-    paths = dirty_paths(status) if status is not None else None
+    paths = run_paths(dirty_paths(status)) if status is not None else None
     return {"git_commit": head.strip(), "git_dirty": None if paths is None else bool(paths),
             "git_dirty_paths": (paths or [])[:20]}
 
