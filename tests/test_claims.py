@@ -226,6 +226,26 @@ def test_a_cell_without_ok_runs_is_not_run_and_a_study_out_of_the_run_is_not_run
     assert table.loc[0, ["checks", "verdict", "reason"]].tolist() == [0, "not run", "study other is not in this run"]
 
 
+def test_a_clear_loss_to_the_rivals_that_ran_fails_whatever_the_missing_rivals():
+    """B has no run in Cora 5: A's clear loss to C stands there; where A beats C, the check waits for B."""
+    means = {"A": every_cell(70.0), "B": {("Cora", 10): 60.0, ("CiteSeer", 5): 60.0},
+             "C": {("Cora", 5): 75.0, ("Cora", 10): 65.0, ("CiteSeer", 5): 71.0}}
+    table, cells = run_claims([claim(kind="beats", row="A", metrics=["acc"])], means, spread=0.2)
+    cora5 = cells[(cells["dataset"] == "Cora") & (cells["clients"] == 5)]
+    assert set(cora5["result"]) == {"fails"} and set(cora5["row"]) == {"A", "C"}
+    assert "Cora 5 ✗ 70.0 vs 75.0 C, -5.0" in table.loc[0, "numbers"] and "(B not run)" in table.loc[0, "numbers"]
+    assert table.loc[0, ["checks", "clearly_fails", "clearly_holds", "verdict"]].tolist() == [3, 2, 1, "partly"]
+    means["C"][("Cora", 5)] = 65.0
+    table, cells = run_claims([claim(kind="beats", row="A", metrics=["acc"])], means, spread=0.2)
+    assert table.loc[0, ["checks", "not_run"]].tolist() == [2, 1]
+    assert set(cells.loc[(cells["dataset"] == "Cora") & (cells["clients"] == 5), "reason"]) == {"B: no ok run"}
+    means["C"][("Cora", 5)] = 70.5  # a loss within noise (C's seeds spread) could still turn either way: not run
+    noisy_c = make_metrics({"C": means.pop("C")}, spread=3.0)
+    table, _ = evaluate([claim(kind="beats", row="A", metrics=["acc"])], {"s": make_meta(["A", "B", "C"])},
+                        {"s": pd.concat([make_metrics(means, spread=0.2), noisy_c])})
+    assert table.loc[0, ["checks", "not_run"]].tolist() == [2, 1]
+
+
 def test_rows_left_out_of_the_run_are_named_and_checks_needing_them_are_not_run():
     means = {"A": every_cell(75.0), "B": every_cell(70.0)}
     metas = {"s": make_meta(["A", "B"], all_rows=["A", "B", "Skipped"])}

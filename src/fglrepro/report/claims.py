@@ -36,7 +36,9 @@ The same checks run on the paper's table (``table``: the paper's reported means,
 sample stds over :data:`PAPER_SEEDS` seeds, Welch): the paper supports its claim ``yes`` (every
 check holds on its means), ``partly``, ``no`` (none holds), or ``n/a`` (no table: a figure).
 
-A check is ``not run`` when a row it needs has no ``ok`` run in that cell. Rows the run does not
+A check is ``not run`` when a row it needs has no ``ok`` run in that cell, except a ``beats`` check
+whose claimed row already clearly loses to the rivals that ran (``rank`` of them clearly above it):
+rivals without runs cannot undo that, so it clearly fails (they are named in its text). Rows the run does not
 train (``skip_runs``, ``not_reproducible``) and rows of the paper's table that the study lacks are
 dropped from ``against``/``exclude`` comparisons and from ``spread`` and named in ``left_out``; a
 check whose own rows are left out is not run. On the paper's side a blank cell drops its row from
@@ -390,6 +392,19 @@ def _aggregate(claim: Mapping, checks: list[dict], cells: list[tuple], samples: 
             "text": f"{words} vs {value:g} ± {tolerance:g}, {format_interval(stat, decimals)}"}
 
 
+def _clear_loss(check: Mapping, rows: list, missing: list[str], decimals: int) -> dict:
+    """The judgement of a ``beats`` check on the rows that ran when the claimed row (``rows[0]``)
+    clearly loses to them (more rivals cannot undo a clear loss), else ``{}`` (the check stays not run)."""
+    present = [(role, sample) for role, sample in zip(check["roles"], rows) if sample is not None]
+    if check["kind"] != "beats" or rows[0] is None or len(present) < 2:
+        return {}
+    judged = _judge({**check, "roles": [role for role, _ in present]}, [sample for _, sample in present], decimals)
+    if judged["evidence"] != CLEAR_FAILS:
+        return {}
+    return {**judged, "roles": [role for role, _ in present], "samples": [sample for _, sample in present],
+            "text": f"{judged['text']} ({', '.join(missing)} not run)"}
+
+
 def _side(claim: Mapping, checks: list[dict], cells: list[tuple], samples: Mapping, decimals: int,
           missing_reason, drop_missing: bool = False) -> list[dict]:
     """Every check of a claim on one side (ours or the paper's): a record per cell x metric x check
@@ -414,7 +429,8 @@ def _side(claim: Mapping, checks: list[dict], cells: list[tuple], samples: Mappi
                 if len(check["roles"]) < 2:
                     record["reason"] = "fewer than two rows are run"
                 elif missing:
-                    record["reason"] = "; ".join(f"{label}: {missing_reason(label)}" for label in missing)
+                    record.update(_clear_loss(check, rows, missing, decimals)
+                                  or {"reason": "; ".join(f"{label}: {missing_reason(label)}" for label in missing)})
                 else:
                     record.update(_judge(check, rows, decimals))
                 record["result"] = "not run" if "reason" in record else "holds" if record["holds"] else "fails"
