@@ -20,8 +20,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-if [ ! -d .git ] && [ -d .gpu/git ]; then
-    cp -r .gpu/git .git && printf '/.gpu/\n/.whl/\n' >> .git/info/exclude
+if [ -d .gpu/git ]; then  # the machine's .git is the session's first state, not this commit
+    rm -rf .git && cp -r .gpu/git .git && printf '/.gpu/\n/.whl/\n' >> .git/info/exclude
 fi
 echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown), $(git status --porcelain 2>/dev/null | wc -l) changed paths"
 if [ -d .gpu/datasets ] && [ ! -e ../shared/datasets ]; then
