@@ -11,7 +11,8 @@ run JSON is not in ``docs/results/runs.csv``, keeps the workflow's own commands 
 ``fgl-data`` download / prepare jobs of its inputs), orders the training jobs longest first (the
 snapshot's median CPU seconds of the same method and dataset; unknown first) and builds the partitions
 here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
-``workers`` processes, each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
+``workers`` processes (``--gpu-methods``: those methods on CUDA on ``--gpu-workers`` of them, the
+rest on the CPU), each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
 no job starts after ``deadline`` seconds and jobs still running at ``deadline + grace`` are stopped.
 It writes the run JSONs where the workflow would (``results/runs/...``) and one CSV row per job
 (target, seconds, status).
@@ -127,12 +128,20 @@ def run(args) -> None:
     for stage in ("download", "prepare"):
         with ThreadPoolExecutor(args.workers) as pool:
             rows += pool.map(lambda argv: run_job(argv, None, stop_at, args.log_dir), queue[stage])
-    with ThreadPoolExecutor(args.workers) as pool:
-        def train(argv):
-            if time.monotonic() >= start_by:
-                return flag(argv, "--out"), 0.0, "not started"
-            return run_job(argv, args.device, stop_at, args.log_dir)
-        rows += pool.map(train, queue["train"])
+
+    def train(argv: list[str], device: str | None) -> tuple[str, float, str]:
+        if time.monotonic() >= start_by:
+            return flag(argv, "--out"), 0.0, "not started"
+        return run_job(argv, device, stop_at, args.log_dir)
+
+    on_gpu = [argv for argv in queue["train"] if json.loads(flag(argv, "--spec"))["method"] in args.gpu_methods]
+    elsewhere = [argv for argv in queue["train"] if argv not in on_gpu]
+    gpu_workers = min(args.gpu_workers, len(on_gpu))
+    other_workers = max(args.workers - gpu_workers, 1)
+    with ThreadPoolExecutor(max(gpu_workers, 1)) as gpu, ThreadPoolExecutor(other_workers) as other:
+        futures = ([gpu.submit(train, argv, "cuda") for argv in on_gpu]
+                   + [other.submit(train, argv, "cpu" if on_gpu else args.device) for argv in elsewhere])
+        rows += [future.result() for future in futures]
     with open(args.log, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["target", "seconds", "status"])
@@ -140,7 +149,7 @@ def run(args) -> None:
     trained = [row for row in rows if row[0].startswith("results/runs/")]
     ok = sum(row[2] == "ok" for row in trained)
     print(f"{ok} of {len(trained)} training jobs finished in {time.monotonic() - start:.0f} s "
-          f"({args.workers} workers, device {args.device or 'as exported'})")
+          f"({args.workers} workers, {gpu_workers} of them on CUDA)")
 
 
 def main() -> None:
@@ -156,6 +165,10 @@ def main() -> None:
     rn.add_argument("--queue", type=Path, nargs="+", required=True, help="exported queues, run in this order")
     rn.add_argument("--workers", type=int, default=os.cpu_count())
     rn.add_argument("--device", choices=("cpu", "cuda"), help="override the jobs' --device")
+    rn.add_argument("--gpu-methods", nargs="*", default=[],
+                    help="these methods run on CUDA on --gpu-workers processes, every other job on the CPU: "
+                         "processes sharing one GPU time-slice it (benchmarks/GPU_QUEUE_H200.md)")
+    rn.add_argument("--gpu-workers", type=int, default=3)
     rn.add_argument("--deadline", type=float, default=float("inf"), help="start no job after this many seconds")
     rn.add_argument("--grace", type=float, default=60.0, help="stop running jobs this long after the deadline")
     rn.add_argument("--log", type=Path, required=True, help="CSV of (target, seconds, status)")
