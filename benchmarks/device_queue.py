@@ -11,8 +11,8 @@ run JSON is not in ``docs/results/runs.csv``, keeps the workflow's own commands 
 ``fgl-data`` download / prepare jobs of its inputs), orders the training jobs longest first (the
 snapshot's median CPU seconds of the same method and dataset; unknown first) and builds the partitions
 here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
-``workers`` processes (``--gpu-methods``: those methods on CUDA on ``--gpu-workers`` of them, the
-rest on the CPU), each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
+``workers`` processes (``--gpu-runs``: the runs whose id starts so on CUDA on ``--gpu-workers`` of
+them, the rest on the CPU), each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
 no job starts after ``deadline`` seconds and jobs still running at ``deadline + grace`` are stopped.
 It writes the run JSONs where the workflow would (``results/runs/...``) and one CSV row per job
 (target, seconds, status).
@@ -134,7 +134,9 @@ def run(args) -> None:
             return flag(argv, "--out"), 0.0, "not started"
         return run_job(argv, device, stop_at, args.log_dir)
 
-    on_gpu = [argv for argv in queue["train"] if json.loads(flag(argv, "--spec"))["method"] in args.gpu_methods]
+    gpu_runs = tuple(args.gpu_runs)
+    on_gpu = [argv for argv in queue["train"]
+              if gpu_runs and json.loads(flag(argv, "--spec"))["run"].startswith(gpu_runs)]
     elsewhere = [argv for argv in queue["train"] if argv not in on_gpu]
     gpu_workers = min(args.gpu_workers, len(on_gpu))
     other_workers = max(args.workers - gpu_workers, 1)
@@ -165,9 +167,9 @@ def main() -> None:
     rn.add_argument("--queue", type=Path, nargs="+", required=True, help="exported queues, run in this order")
     rn.add_argument("--workers", type=int, default=os.cpu_count())
     rn.add_argument("--device", choices=("cpu", "cuda"), help="override the jobs' --device")
-    rn.add_argument("--gpu-methods", nargs="*", default=[],
-                    help="these methods run on CUDA on --gpu-workers processes, every other job on the CPU: "
-                         "processes sharing one GPU time-slice it (benchmarks/GPU_QUEUE_H200.md)")
+    rn.add_argument("--gpu-runs", nargs="*", default=[],
+                    help="runs (table rows, by prefix) trained on CUDA on --gpu-workers processes, every other job "
+                         "on the CPU: processes sharing one GPU time-slice it (benchmarks/GPU_QUEUE_H200.md)")
     rn.add_argument("--gpu-workers", type=int, default=3)
     rn.add_argument("--deadline", type=float, default=float("inf"), help="start no job after this many seconds")
     rn.add_argument("--grace", type=float, default=60.0, help="stop running jobs this long after the deadline")

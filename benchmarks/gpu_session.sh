@@ -4,8 +4,8 @@
 #   tests  the CUDA tests: the engine's CUDA-vs-CPU check and every method of the studies on CUDA
 #          (test_cuda.py), in the background while the queue runs (they need no prepared data);
 #   queue  benchmarks/device_queue.py run: the exported queues .gpu/queue*.json (training jobs the results
-#          snapshot lacks, their download / prepare jobs) on WORKERS processes on $DEVICE (GPU_METHODS: those
-#          methods on CUDA on GPU_WORKERS processes, the rest on the CPU cores), then the run
+#          snapshot lacks, their download / prepare jobs) on WORKERS processes on $DEVICE (GPU_RUNS: the runs
+#          (table rows) starting so on CUDA on GPU_WORKERS processes, the rest on the CPU cores), then the run
 #          JSONs as $OUT/runs.tgz and the failed jobs' logs as $OUT/queue_logs.tgz;
 #   costs  benchmarks/method_costs.py on $DEVICE: FedGKC and FedSage+ against FedAvg on Cora-10 and
 #          CiteSeer-10, then the other heavy methods on Cora-10 (jobs from --export in .gpu/jobs.json).
@@ -38,7 +38,7 @@ if [[ " $STAGES " == *" tests "* ]]; then
 fi
 if [[ " $STAGES " == *" queue "* ]]; then
     python3 benchmarks/device_queue.py run --queue .gpu/queue*.json --workers "${WORKERS:-$(nproc)}" --device "$DEVICE" \
-        --gpu-methods ${GPU_METHODS:-} --gpu-workers "${GPU_WORKERS:-3}" \
+        --gpu-runs ${GPU_RUNS:-} --gpu-workers "${GPU_WORKERS:-3}" \
         --deadline "${QUEUE_DEADLINE:-360}" --grace "${QUEUE_GRACE:-60}" --log "$OUT/queue.csv" 2>&1 | tee "$OUT/queue.log"
     tar czf "$OUT/runs.tgz" --exclude="*.ckpt" results/runs
     grep -v ',ok$' "$OUT/queue.csv" | tail -n +2 | cut -d, -f1 | tr / _ | sed 's|^|results/logs/device_queue/|; s|$|.log|' \

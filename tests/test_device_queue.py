@@ -1,6 +1,6 @@
 """benchmarks/device_queue.py run: a queue of the workflow's commands runs without Snakemake, each job's
-status is recorded (ok, the exit code, not started after the deadline) and --gpu-methods sends only
-the named methods to CUDA (the rest to the CPU)."""
+status is recorded (ok, the exit code, not started after the deadline) and --gpu-runs sends only
+the named runs to CUDA (the rest to the CPU)."""
 
 from __future__ import annotations
 
@@ -54,9 +54,9 @@ def test_jobs_run_in_order_of_stages_and_failures_and_the_deadline_are_recorded(
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the routing by CUDA's absence")
-def test_only_the_gpu_methods_are_sent_to_cuda(cli_inputs, tmp_path, monkeypatch):
+def test_only_the_gpu_runs_are_sent_to_cuda(cli_inputs, tmp_path, monkeypatch):
     queue = {"download": [], "prepare": [],
              "train": [train_job(cli_inputs, "fedprox", "gpu"), train_job(cli_inputs, "fedavg", "cpu")]}
-    status = run_queue(tmp_path, monkeypatch, queue, "--gpu-methods", "fedprox", "--gpu-workers", "1")
+    status = run_queue(tmp_path, monkeypatch, queue, "--gpu-runs", "fedpr", "--gpu-workers", "1")
     assert status == {"results/runs/gpu.json": "exit 2", "results/runs/cpu.json": "ok"}
     assert "no CUDA device" in (tmp_path / "results/logs/device_queue/results_runs_gpu.json.log").read_text()
