@@ -9,7 +9,7 @@ that has no Snakemake, then fold what came back like any other run.
 ``export`` asks Snakemake (dry run, every seed of the studies) for the jobs of every training run whose
 run JSON is not in ``docs/results/runs.csv``, keeps the workflow's own commands (``fgl-train`` and the
 ``fgl-data`` download / prepare jobs of its inputs), orders the training jobs longest first (the
-snapshot's median CPU seconds of the same method and dataset; unknown first) and builds the partitions
+snapshot's median wall seconds of the same method and dataset; unknown first) and builds the partitions
 here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
 ``workers`` processes (``--gpu-runs``: the runs whose id starts so on CUDA on ``--gpu-workers`` of
 them, the rest on the CPU), each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
@@ -43,6 +43,7 @@ def shell_commands(config: list[str]) -> list[list[str]]:
 
 
 def flag(argv: list[str], name: str) -> str:
+    """The value after option ``name`` in ``argv``."""
     return argv[argv.index(name) + 1]
 
 
@@ -58,13 +59,12 @@ def export(args) -> None:
     config = [f"studies=[{','.join(args.studies)}]", f"only_datasets=[{','.join(args.datasets)}]",
               "only_seeds=all", "skip_runs=[]"]
     commands = shell_commands(config)
-    done = set()
     runs_csv = REPO / "docs/results/runs.csv"
     with runs_csv.open() as handle:
         done = {row["target"] for row in csv.DictReader(handle)}
     train = [argv for argv in commands if argv[0] == "fgl-train" and flag(argv, "--out") not in done]
     if args.runs:
-        train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"] in args.runs]
+        train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"].startswith(tuple(args.runs))]
     cost = expected_seconds(runs_csv)
 
     def key(argv):
@@ -160,7 +160,7 @@ def main() -> None:
     exp = sub.add_parser("export", help="write the queue of missing runs (needs Snakemake)")
     exp.add_argument("--studies", nargs="+", required=True)
     exp.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
-    exp.add_argument("--runs", nargs="+", help="only these runs (table rows)")
+    exp.add_argument("--runs", nargs="+", help="only these runs (table rows, by prefix: grid points too)")
     exp.add_argument("--out", type=Path, required=True)
     exp.set_defaults(func=export)
     rn = sub.add_parser("run", help="run an exported queue (no Snakemake needed)")
