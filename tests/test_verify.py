@@ -58,6 +58,14 @@ def test_selection_skips_expensive_rows_and_fedsage_plus_unless_asked():
     assert set(only["study"]) == {"s"} and set(only["method"]) == {"b"} and len(only) == 10
 
 
+def test_a_rebuild_draws_only_runs_made_on_its_kind_of_device():
+    runs = runs_table().assign(device="cpu")
+    runs.loc[[0, 1, 2], "device"] = ["cuda", "cuda:0", None]
+    on_cpu = candidate_rows(runs)
+    assert {0, 1}.isdisjoint(on_cpu.index) and 2 in on_cpu.index and len(on_cpu) == 37
+    assert candidate_rows(runs, device="cuda").index.tolist() == [0, 1]
+
+
 def test_unknown_study_or_method_lists_the_valid_ones():
     with pytest.raises(ConfigError, match=r"unknown study \['nope'\]; valid: \['s', 't'\]"):
         candidate_rows(runs_table(), studies=["nope"])

@@ -200,14 +200,17 @@ def verify_snapshot(args) -> None:
     when a row differs or failed)."""
     import tempfile
 
+    import torch
+
     from fglrepro.io import read_yaml
     from fglrepro.provenance import machine
     from fglrepro.report.snapshot import RUNS, read_runs
     from fglrepro.report.verify import format_report, select_runs, verify
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # what the workflow's --device auto takes
     runs = read_runs(f"{args.snapshot}/{RUNS}")
     chosen = select_runs(runs, args.sample, args.seed, args.study, args.method,
-                         args.max_seconds if args.max_seconds > 0 else None)
+                         args.max_seconds if args.max_seconds > 0 else None, device)
     grids = {(s, r): entry["grid"] for s in set(chosen["study"]) if args.grid
              for r, entry in read_yaml(f"{args.study_dir}/{s}.yaml")["runs"].items() if entry.get("grid")}
     results_dir = args.results_dir or tempfile.mkdtemp(prefix="fgl-verify-")

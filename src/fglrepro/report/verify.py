@@ -47,14 +47,18 @@ def _choices_error(what: str, bad: Sequence, valid: Sequence) -> None:
 
 
 def candidate_rows(runs: pd.DataFrame, studies: Sequence[str] = (), methods: Sequence[str] = (),
-                   max_seconds: float | None = None) -> pd.DataFrame:
+                   max_seconds: float | None = None, device: str = "cpu") -> pd.DataFrame:
     """The ``ok`` rows of ``runs`` (runs.csv) that may be drawn: of ``studies`` and ``methods``
-    (empty: all), whose recorded ``wall_s`` is at most ``max_seconds`` (None: any), and not of an
-    :data:`EXPENSIVE` method unless ``methods`` names it. An unknown study or method raises
-    :class:`~fglrepro.config.ConfigError` listing the valid ones."""
+    (empty: all), whose recorded ``wall_s`` is at most ``max_seconds`` (None: any), made on the kind
+    of ``device`` the rebuild uses (``cpu`` / ``cuda``: a CUDA run is not rebuilt on a CPU, nor the
+    reverse; rows without a device count as CPU runs), and not of an :data:`EXPENSIVE` method unless
+    ``methods`` names it. An unknown study or method raises :class:`~fglrepro.config.ConfigError`
+    listing the valid ones."""
     _choices_error("study", set(studies) - set(runs["study"]), set(runs["study"]))
     _choices_error("method", set(methods) - set(runs["method"]), set(runs["method"]))
     keep = runs["status"] == "ok"
+    made_on = runs["device"].fillna("cpu") if "device" in runs else pd.Series("cpu", index=runs.index)
+    keep &= made_on.astype(str).str.split(":").str[0] == device
     if studies:
         keep &= runs["study"].isin(studies)
     keep &= runs["method"].isin(methods) if methods else ~runs["method"].isin(EXPENSIVE)
@@ -64,11 +68,12 @@ def candidate_rows(runs: pd.DataFrame, studies: Sequence[str] = (), methods: Seq
 
 
 def select_runs(runs: pd.DataFrame, n: int, seed: int = 0, studies: Sequence[str] = (),
-                methods: Sequence[str] = (), max_seconds: float | None = 120.0) -> pd.DataFrame:
+                methods: Sequence[str] = (), max_seconds: float | None = 120.0, device: str = "cpu"
+                ) -> pd.DataFrame:
     """``n`` rows drawn uniformly with ``seed`` from :func:`candidate_rows` (all of them when
     fewer), in the order of their recorded ``wall_s``, cheapest first (so that an interrupted
     verification has checked the most rows)."""
-    pool = candidate_rows(runs, studies, methods, max_seconds)
+    pool = candidate_rows(runs, studies, methods, max_seconds, device)
     chosen = pool.sample(n=min(n, len(pool)), random_state=seed)
     return chosen.sort_values("wall_s", kind="stable")
 
