@@ -32,11 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
 def shell_commands(config: list[str]) -> list[list[str]]:
     """argv of every job Snakemake would run (dry run, ``--forceall``) under ``--config config``."""
-    out = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "-p", "--forceall",
+    out = subprocess.run([SNAKEMAKE, "-n", "-p", "--forceall",
                           "--config", *config], cwd=REPO, check=True, capture_output=True, text=True).stdout
     return [shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
             for line in out.splitlines() if line.startswith("Shell command: fgl-")]
@@ -78,7 +79,7 @@ def export(args) -> None:
     download = [argv for argv in commands if argv[:2] == ["fgl-data", "download"] and flag(argv, "--out") in records]
     partitions = sorted({flag(argv, "--partition") for argv in train})
     if partitions:
-        subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--cores", str(os.cpu_count()),
+        subprocess.run([SNAKEMAKE, "--cores", str(os.cpu_count()),
                         "--config", *config, "--", *partitions], cwd=REPO, check=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"download": download, "prepare": prepare, "train": train}, indent=1))
@@ -93,11 +94,13 @@ def module_argv(argv: list[str], device: str | None) -> list[str]:
     return [sys.executable, "-m", f"fglrepro.cli.{argv[0].removeprefix('fgl-')}", *argv[1:]]
 
 
-def run_job(argv: list[str], device: str | None, stop_at: float, log_dir: Path) -> tuple[str, float, str]:
-    """Run one job to its end or until ``stop_at`` (monotonic clock); ``(target, seconds, status)``."""
+def run_job(argv: list[str], device: str | None, start_by: float, stop_at: float, log_dir: Path
+            ) -> tuple[str, float, str]:
+    """Run one job, unless ``start_by`` (monotonic clock) has passed, to its end or until ``stop_at``;
+    ``(target, seconds, status)``."""
     target = flag(argv, "--out")
     start = time.monotonic()
-    if start >= stop_at:
+    if start >= start_by:
         return target, 0.0, "not started"
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     log = log_dir / (target.replace("/", "_") + ".log")
@@ -124,33 +127,28 @@ def run(args) -> None:
     start = time.monotonic()
     start_by, stop_at = start + args.deadline, start + args.deadline + args.grace
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    data_rows = []
     for stage in ("download", "prepare"):
         with ThreadPoolExecutor(args.workers) as pool:
-            rows += pool.map(lambda argv: run_job(argv, None, stop_at, args.log_dir), queue[stage])
-
-    def train(argv: list[str], device: str | None) -> tuple[str, float, str]:
-        if time.monotonic() >= start_by:
-            return flag(argv, "--out"), 0.0, "not started"
-        return run_job(argv, device, stop_at, args.log_dir)
-
+            data_rows += pool.map(lambda argv: run_job(argv, None, stop_at, stop_at, args.log_dir), queue[stage])
     gpu_runs = tuple(args.gpu_runs)
-    on_gpu = [argv for argv in queue["train"]
-              if gpu_runs and json.loads(flag(argv, "--spec"))["run"].startswith(gpu_runs)]
-    elsewhere = [argv for argv in queue["train"] if argv not in on_gpu]
+    on_gpu, elsewhere = [], []
+    for argv in queue["train"]:
+        on_cuda = gpu_runs and json.loads(flag(argv, "--spec"))["run"].startswith(gpu_runs)
+        (on_gpu if on_cuda else elsewhere).append(argv)
     gpu_workers = min(args.gpu_workers, len(on_gpu))
     other_workers = max(args.workers - gpu_workers, 1)
     with ThreadPoolExecutor(max(gpu_workers, 1)) as gpu, ThreadPoolExecutor(other_workers) as other:
-        futures = ([gpu.submit(train, argv, "cuda") for argv in on_gpu]
-                   + [other.submit(train, argv, "cpu" if on_gpu else args.device) for argv in elsewhere])
-        rows += [future.result() for future in futures]
+        futures = ([gpu.submit(run_job, argv, "cuda", start_by, stop_at, args.log_dir) for argv in on_gpu]
+                   + [other.submit(run_job, argv, "cpu" if on_gpu else args.device, start_by, stop_at, args.log_dir)
+                      for argv in elsewhere])
+        train_rows = [future.result() for future in futures]
     with open(args.log, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["target", "seconds", "status"])
-        writer.writerows(rows)
-    trained = [row for row in rows if row[0].startswith("results/runs/")]
-    ok = sum(row[2] == "ok" for row in trained)
-    print(f"{ok} of {len(trained)} training jobs finished in {time.monotonic() - start:.0f} s "
+        writer.writerows(data_rows + train_rows)
+    ok = sum(row[2] == "ok" for row in train_rows)
+    print(f"{ok} of {len(train_rows)} training jobs finished in {time.monotonic() - start:.0f} s "
           f"({args.workers} workers, {gpu_workers} of them on CUDA)")
 
 

@@ -6,7 +6,7 @@
 #   queue  benchmarks/device_queue.py run: the exported queues .gpu/queue*.json (training jobs the results
 #          snapshot lacks, their download / prepare jobs) on WORKERS processes on $DEVICE (GPU_RUNS: the runs
 #          (table rows) starting so on CUDA on GPU_WORKERS processes, the rest on the CPU cores), then the run
-#          JSONs as $OUT/runs.tgz and the failed jobs' logs as $OUT/queue_logs.tgz;
+#          JSONs as $OUT/runs.tgz and the jobs' logs as $OUT/queue_logs.tgz;
 #   costs  benchmarks/method_costs.py on $DEVICE: FedGKC and FedSage+ against FedAvg on Cora-10 and
 #          CiteSeer-10, then the other heavy methods on Cora-10 (jobs from --export in .gpu/jobs.json).
 # Carry .gpu (queues; .gpu/git: a shallow clone's .git, so that runs record their commit; .gpu/datasets:
@@ -40,9 +40,8 @@ if [[ " $STAGES " == *" queue "* ]]; then
     python3 benchmarks/device_queue.py run --queue .gpu/queue*.json --workers "${WORKERS:-$(nproc)}" --device "$DEVICE" \
         --gpu-runs ${GPU_RUNS:-} --gpu-workers "${GPU_WORKERS:-3}" \
         --deadline "${QUEUE_DEADLINE:-360}" --grace "${QUEUE_GRACE:-60}" --log "$OUT/queue.csv" 2>&1 | tee "$OUT/queue.log"
-    tar czf "$OUT/runs.tgz" --exclude="*.ckpt" results/runs
-    grep -v ',ok$' "$OUT/queue.csv" | tail -n +2 | cut -d, -f1 | tr / _ | sed 's|^|results/logs/device_queue/|; s|$|.log|' \
-        | xargs -r tar czf "$OUT/queue_logs.tgz" 2>/dev/null
+    find results/runs -name 'seed*.json' | tar czf "$OUT/runs.tgz" -T -  # not the stopped runs' checkpoints
+    tar czf "$OUT/queue_logs.tgz" results/logs/device_queue
 fi
 if [ -n "${tests:-}" ]; then
     wait "$tests"
