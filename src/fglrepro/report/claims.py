@@ -398,11 +398,11 @@ def _clear_loss(check: Mapping, rows: list, missing: list[str], decimals: int) -
     present = [(role, sample) for role, sample in zip(check["roles"], rows) if sample is not None]
     if check["kind"] != "beats" or rows[0] is None or len(present) < 2:
         return {}
-    judged = _judge({**check, "roles": [role for role, _ in present]}, [sample for _, sample in present], decimals)
+    roles, samples = map(list, zip(*present))
+    judged = _judge({**check, "roles": roles}, samples, decimals)
     if judged["evidence"] != CLEAR_FAILS:
         return {}
-    return {**judged, "roles": [role for role, _ in present], "samples": [sample for _, sample in present],
-            "text": f"{judged['text']} ({', '.join(missing)} not run)"}
+    return {**judged, "roles": roles, "samples": samples, "text": f"{judged['text']} ({', '.join(missing)} not run)"}
 
 
 def _side(claim: Mapping, checks: list[dict], cells: list[tuple], samples: Mapping, decimals: int,
