@@ -197,6 +197,33 @@ def test_above_checks_each_pair_in_each_cell_and_each_metric():
     assert set(cells["metric"]) == {"acc", "f1_macro"} and set(cells["role"]) == {"above", "below"}
 
 
+def with_rounds(metrics: pd.DataFrame, rounds: dict) -> pd.DataFrame:
+    """``metrics`` with a convergence round per row label (``rounds[label]``, seed s adds s)."""
+    return metrics.assign(converge_round=[rounds[label] + seed for label, seed in zip(metrics.label, metrics.seed)])
+
+
+@pytest.mark.parametrize("kind", ["beats", "above"])
+def test_fewer_rounds_to_converge_beat_more(kind):
+    keys = {"row": "A"} if kind == "beats" else {"pairs": [["A", "B"]]}
+    means = {"A": every_cell(70.0), "B": every_cell(75.0)}
+    meta = {"s": make_meta(["A", "B"])}
+    faster = with_rounds(make_metrics(means), {"A": 12, "B": 30})
+    table, cells = evaluate([claim(kind=kind, metrics=["rounds"], **keys)], meta, {"s": faster})
+    assert table.loc[0, ["checks", "holds", "clearly_holds", "verdict"]].tolist() == [3, 3, 3, "confirmed"]
+    assert set(cells["metric"]) == {"rounds"}
+    assert ("13.0 < 31.0" if kind == "above" else "13.0 vs 31.0 B") in table.loc[0, "numbers"]
+    slower = with_rounds(make_metrics(means), {"A": 40, "B": 30})
+    table, _ = evaluate([claim(kind=kind, metrics=["rounds"], **keys)], meta, {"s": slower})
+    assert table.loc[0, ["holds", "clearly_fails", "verdict"]].tolist() == [0, 3, "refuted"]
+
+
+def test_runs_without_a_convergence_round_leave_a_rounds_check_not_run():
+    means = {"A": every_cell(70.0), "B": every_cell(75.0)}
+    older = make_metrics(means)  # rows from before the column: no convergence round
+    table, _ = evaluate([claim(kind="beats", row="A", metrics=["rounds"])], {"s": make_meta(["A", "B"])}, {"s": older})
+    assert table.loc[0, ["checks", "verdict"]].tolist() == [0, "not run"]
+
+
 def test_spread_holds_below_the_bound():
     means = {"l1": every_cell(75.0), "l2": every_cell(75.9), "l3": every_cell(75.5)}
     table, _ = run_claims([claim(kind="spread", within=1.0)], means)
@@ -362,6 +389,8 @@ STUDIES = {"s": {"paper": "P", "table": "Table 1", "datasets": ["Cora", "CiteSee
     ({"row": None}, "kind beats needs key(s) ['row']"),
     ({"against": ["B"], "exclude": ["B"]}, "give against (the rows compared) or exclude"),
     ({"table": "Table 2"}, "table: 'Table 2' is not the table of study s, 'Table 1'"),
+    ({"kind": "spread", "row": None, "within": 1.0, "metrics": ["rounds"]},
+     "metrics ['rounds'] (less is better) need kind above or beats, not spread"),
 ])
 def test_bad_claims_name_the_key_and_the_choices(keys, message):
     bad = {**claim(kind="beats", row="A"), **keys}

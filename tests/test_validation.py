@@ -18,7 +18,7 @@ import yaml
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig, TrainConfig, from_dict
 from fglrepro.data.registry import DATASETS
 from fglrepro.partition.partitioners import PARTITIONERS
-from fglrepro.report.collect import metrics_row, scheme_partitioner
+from fglrepro.report.collect import converge_round, metrics_row, scheme_partitioner
 from fglrepro.validation import check_study, load_studies, read_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -368,6 +368,23 @@ def test_a_runs_communication_is_mb_per_client_over_the_run():
     row = metrics_row(run, meta)
     assert (row["upload_mb"], row["download_mb"]) == (2.0, 0.5)
     assert "upload_mb" not in metrics_row({**run, "communication": None}, meta)
+
+
+def test_the_convergence_round_is_the_first_to_reach_99_percent_of_the_highest_test_accuracy():
+    assert converge_round([1, 2, 3, 4, 5], [0.5, 0.7, 0.8, 0.79, 0.81]) == 5  # 0.8 < 0.99 * 0.81
+    assert converge_round([1, 2, 3, 4], [0.5, 0.9, 0.6, 0.905]) == 2
+    assert converge_round([10, 20, 30], [float("nan"), 0.6, 0.6]) == 20  # rounds not evaluated are skipped
+    assert converge_round([1, 2], [0.0, 0.0]) is None
+    meta = {"paper": "P", "table": "T", "labels": {}}
+    run = {"study": "s", "run": "r", "method": "fedavg", "dataset": "Cora", "scheme": "metis_global-30-35_plain",
+           "clients": 2, "seed": 0, "status": "ok", "evaluation": {"average": "unweighted"},
+           "metrics": {key: {"round": 3, "test_acc": 0.8, "test_f1_macro": 0.7, "val_acc": 0.8, "val_f1_macro": 0.7,
+                             "weighted": {k: 0.5 for k in ("test_acc", "test_f1_macro", "val_acc", "val_f1_macro")},
+                             "unweighted": {k: 0.5 for k in ("test_acc", "test_f1_macro", "val_acc", "val_f1_macro")}}
+                       for key in ("best", "final")},
+           "curves": {"round": [1, 2, 3], "weighted_test_acc": [0.2, 0.8, 0.8], "unweighted_test_acc": [0.8, 0.8, 0.8]}}
+    assert metrics_row(run, meta)["converge_round"] == 1  # the evaluation's average, not the other
+    assert "converge_round" not in metrics_row({**run, "curves": {}}, meta)
 
 
 def test_an_unknown_scheme_prefix_is_an_error():

@@ -82,6 +82,13 @@ COMMON_KEYS = {"id", "paper", "study", "table", "source", "statement", "note", "
                "clients"}
 VERDICTS = ("confirmed", "partly", "refuted", "inconclusive", "not run")
 DEFAULT_METRICS = ["acc"]
+#: a claim's metrics: the runs.csv column of each (test metrics at the best round in percent; ``rounds``,
+#: the communication rounds a run takes to reach 99 % of its highest test accuracy)
+CLAIM_METRICS = {"acc": "test_acc", "f1_macro": "test_f1_macro", "rounds": "converge_round"}
+#: metrics where less is better: a row "beats" or is "above" another with a smaller mean
+LOWER_IS_BETTER = {"rounds"}
+#: kinds that can compare a lower-is-better metric
+DIRECTED_KINDS = {"beats", "above"}
 #: seeds behind each paper's printed mean ± std: stated by FedGKD (Sec. 6.2, "3 runs"), FedGLS
 #: (Sec. 5.2.1, "five times") and O-pFGL (Experimental Setup, "three runs"); FedGKC and FedTAD do not
 #: say (3 assumed).
@@ -152,6 +159,10 @@ def check_claims(claims: list[dict], studies: Mapping[str, Any], where: str = "c
         if "against" in claim and "exclude" in claim:
             problems.append(f"{at}: give against (the rows compared) or exclude (rows not compared), not both")
         problems += [f"{at}: {text}" for text in magnitude_problems(claim)]
+        lower = sorted(LOWER_IS_BETTER.intersection(claim.get("metrics", [])))
+        if lower and claim["kind"] not in DIRECTED_KINDS:
+            problems.append(f"{at}: metrics {lower} (less is better) need kind {' or '.join(sorted(DIRECTED_KINDS))}, "
+                            f"not {claim['kind']}")
         if claim["study"] not in studies:
             problems.append(f"{at}: study: unknown study {claim['study']!r}; available studies: {sorted(studies)}")
             continue
@@ -220,9 +231,8 @@ def claims_problems(path: str | Path, study_dir: str | Path, schema: str | Path 
 
 def run_samples(runs: pd.DataFrame) -> tuple[dict, dict]:
     """Our rows in each cell: ``(label, dataset, clients, metric) -> Sample`` of the ``ok`` runs'
-    per-seed values, and ``(label, dataset, clients) -> number of runs``."""
-    from fglrepro.report.tables import METRIC_COLUMNS
-
+    per-seed values (of :data:`CLAIM_METRICS`; runs without a value, e.g. older rows without a
+    convergence round, are left out), and ``(label, dataset, clients) -> number of runs``."""
     samples, counts = {}, {}
     for (label, dataset, clients), group in runs.groupby(["label", "dataset", "clients"], sort=False):
         counts[(label, dataset, int(clients))] = len(group)
@@ -230,9 +240,12 @@ def run_samples(runs: pd.DataFrame) -> tuple[dict, dict]:
         if ok.empty:
             continue
         scheme = "/".join(sorted(set(ok["scheme"].astype(str))))
-        for metric, column in METRIC_COLUMNS.items():
-            values = {int(seed): float(v) for seed, v in zip(ok["seed"], ok[column])}
-            samples[(label, dataset, int(clients), metric)] = Sample.of(values, scheme)
+        for metric, column in CLAIM_METRICS.items():
+            if column not in ok:
+                continue
+            values = {int(seed): float(v) for seed, v in zip(ok["seed"], ok[column]) if pd.notna(v)}
+            if values:
+                samples[(label, dataset, int(clients), metric)] = Sample.of(values, scheme)
     return samples, counts
 
 
@@ -302,9 +315,14 @@ def _judge(check: Mapping, samples: list[Sample], decimals: int) -> dict:
     def f(value: float) -> str:
         return f"{value:.{decimals}f}"
 
+    lower = check.get("lower", False)
+
+    def better(a: Sample, b: Sample) -> Estimate:
+        return gain(b, a) if lower else gain(a, b)
+
     if kind == "beats":
         mine, others = samples[0], samples[1:]
-        margins = [gain(mine, other) for other in others]
+        margins = [better(mine, other) for other in others]
         rank = check["rank"]
         holds = sum(not _above(m) for m in margins) < rank
         level = combine([evidence(m) for m in margins], rank)
@@ -329,11 +347,11 @@ def _judge(check: Mapping, samples: list[Sample], decimals: int) -> dict:
                 "margin": margins[shown], "test": _test(*((mid, low), (high, mid))[shown]),
                 "text": f"{f(low.mean)} < {f(mid.mean)} < {f(high.mean)}, {format_interval(margins[shown], decimals)}"}
     if kind == "above":
-        margin = gain(*samples)
+        margin = better(*samples)
         holds = _above(margin, or_equal=check["or_equal"])
+        relation = ("<" if lower else ">") + ("=" if check["or_equal"] else "")
         return {"holds": holds, "evidence": evidence(margin), "margin": margin, "test": _test(*samples),
-                "text": f"{f(samples[0].mean)} {'>=' if check['or_equal'] else '>'} {f(samples[1].mean)}, "
-                        f"{format_interval(margin, decimals)}"}
+                "text": f"{f(samples[0].mean)} {relation} {f(samples[1].mean)}, {format_interval(margin, decimals)}"}
     if kind == "magnitude":  # statistic each, relation below: the gain is below the stated value
         margin = gain(*samples, relative=check["relative"]).negated().shifted(check["value"])
         size = check["value"] - margin.value
@@ -419,6 +437,7 @@ def _side(claim: Mapping, checks: list[dict], cells: list[tuple], samples: Mappi
     for dataset, clients in cells:
         for metric in claim["metrics"]:
             for check in checks:
+                check = {**check, "lower": metric in LOWER_IS_BETTER}
                 if drop_missing:
                     check = {**check, "roles": [(role, label) for role, label in check["roles"] if role not in
                                                 ("against", "member") or (label, dataset, clients, metric) in samples]}
@@ -621,6 +640,8 @@ def claims_markdown(table: pd.DataFrame) -> str:
              + " (FedGKC and FedTAD do not say: 3 assumed). `magnitude` claims compare a stated size (`%` read "
              "as points unless the claim says relative) with the mean or largest gain over the paper's whole "
              "table (ours: not run unless every one of those cells ran), within a tolerance for rounding. "
+             "Metric `rounds` (convergence claims): the communication rounds a run takes to reach 99 % of its "
+             "highest test accuracy, where fewer is better (margins in rounds). "
              "Machine columns: claims.csv; every check and row of both sides: claims_cells.csv.", ""]
     for paper, part in table.groupby("paper", sort=False):
         shown = display_table(part)

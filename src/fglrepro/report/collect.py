@@ -34,9 +34,25 @@ def partitioner_of(run: dict, meta: dict) -> str:
     return meta.get("schemes", {}).get(run["scheme"]) or scheme_partitioner(run["scheme"])
 
 
+#: share of a run's highest test accuracy that defines its convergence round (:func:`converge_round`)
+CONVERGED = 0.99
+
+
+def converge_round(rounds: list[int], test_acc: list[float], share: float = CONVERGED) -> int | None:
+    """The first of ``rounds`` whose test accuracy reaches ``share`` of the highest of ``test_acc``
+    (one value per round, NaN where not evaluated): how many communication rounds a run takes to
+    converge, the measure of "converges within fewer rounds" (FedTAD Fig. 3). None without a
+    positive accuracy."""
+    top = max((value for value in test_acc if value == value), default=0.0)
+    if top <= 0:
+        return None
+    return next(r for r, value in zip(rounds, test_acc) if value >= share * top)
+
+
 def metrics_row(run: dict, meta: dict) -> dict:
     """One CSV row for a run JSON: ids, status, best-round metrics (selected average and both
-    averages), final-round test metrics, cost, communication (``upload_mb`` / ``download_mb``: MB,
+    averages), final-round test metrics, the convergence round (:func:`converge_round` of the test
+    accuracy curve, selected average), cost, communication (``upload_mb`` / ``download_mb``: MB,
     10^6 bytes, each client sent / received over the run, mean over clients) and provenance."""
     row = {
         "study": run["study"], "paper": meta["paper"], "table": meta["table"], "run": run["run"],
@@ -63,6 +79,10 @@ def metrics_row(run: dict, meta: dict) -> dict:
                 row[f"{key}_{average}"] = 100 * best[average][key]
         row["final_test_acc"] = 100 * final["test_acc"]
         row["final_test_f1_macro"] = 100 * final["test_f1_macro"]
+        curves = run.get("curves") or {}
+        if curves.get("round"):
+            accuracy = curves[f"{run['evaluation']['average']}_test_acc"]
+            row["converge_round"] = converge_round(curves["round"], accuracy)
     return row
 
 

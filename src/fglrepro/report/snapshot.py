@@ -18,8 +18,8 @@ import pandas as pd
 
 #: columns of runs.csv: what a reader needs to see a run's result and to re-run it.
 RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "partition", "scheme", "clients", "seed",
-               "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "wall_s", "upload_mb", "download_mb",
-               "device", "git_commit", "target"]
+               "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "converge_round", "wall_s",
+               "upload_mb", "download_mb", "device", "git_commit", "target"]
 RUNS, STUDIES = "runs.csv", "studies.json"
 #: one run of a snapshot: a newer run with the same key replaces it when runs are merged in
 RUN_KEY = ["study", "run", "dataset", "clients", "seed"]
