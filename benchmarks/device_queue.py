@@ -9,8 +9,9 @@ that has no Snakemake, then fold what came back like any other run.
 ``export`` asks Snakemake (dry run, every seed of the studies) for the jobs of every training run whose
 run JSON is not in ``docs/results/runs.csv``, keeps the workflow's own commands (``fgl-train`` and the
 ``fgl-data`` download / prepare jobs of its inputs), orders the training jobs longest first (the
-snapshot's median wall seconds of the same method and dataset; unknown first) and builds the partitions
-here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
+snapshot's median wall seconds of the same method and dataset; unknown first), or shortest first with
+``--order shortest`` (to fill the most gaps on a few local cores: ``run --workers 1`` works here too),
+and builds the partitions here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
 ``workers`` processes (``--gpu-runs``: the runs whose id starts so on CUDA on ``--gpu-workers`` of
 them, the rest on the CPU), each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
 no job starts after ``deadline`` seconds and jobs still running at ``deadline + grace`` are stopped.
@@ -56,6 +57,17 @@ def expected_seconds(runs_csv: Path) -> dict[tuple[str, str], float]:
     return runs.groupby(["method", "dataset"])["wall_s"].median().to_dict()
 
 
+def ordered(train: list[list[str]], cost: dict[tuple[str, str], float], order: str) -> list[list[str]]:
+    """``fgl-train`` argvs by expected ``cost`` of their (method, dataset), ``longest`` or ``shortest``
+    first (a cost not known counts as longest), then by run JSON."""
+    def key(argv):
+        spec = json.loads(flag(argv, "--spec"))
+        seconds = cost.get((spec["method"], spec["dataset"]), float("inf"))
+        return (seconds if order == "shortest" else -seconds), flag(argv, "--out")
+
+    return sorted(train, key=key)
+
+
 def export(args) -> None:
     config = [f"studies=[{','.join(args.studies)}]", f"only_datasets=[{','.join(args.datasets)}]",
               "only_seeds=all", "skip_runs=[]"]
@@ -66,13 +78,7 @@ def export(args) -> None:
     train = [argv for argv in commands if argv[0] == "fgl-train" and flag(argv, "--out") not in done]
     if args.runs:
         train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"].startswith(tuple(args.runs))]
-    cost = expected_seconds(runs_csv)
-
-    def key(argv):
-        spec = json.loads(flag(argv, "--spec"))
-        return -cost.get((spec["method"], spec["dataset"]), float("inf")), flag(argv, "--out")
-
-    train.sort(key=key)
+    train = ordered(train, expected_seconds(runs_csv), args.order)
     data = {flag(argv, "--data") for argv in train}
     prepare = [argv for argv in commands if argv[:2] == ["fgl-data", "prepare"] and flag(argv, "--out") in data]
     records = {flag(argv, "--record") for argv in prepare}
@@ -159,6 +165,9 @@ def main() -> None:
     exp.add_argument("--studies", nargs="+", required=True)
     exp.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
     exp.add_argument("--runs", nargs="+", help="only these runs (table rows, by prefix: grid points too)")
+    exp.add_argument("--order", choices=("longest", "shortest"), default="longest",
+                     help="training jobs longest first (packs a deadline on many workers) or shortest first (the "
+                          "most runs on few cores); unknown costs count as longest")
     exp.add_argument("--out", type=Path, required=True)
     exp.set_defaults(func=export)
     rn = sub.add_parser("run", help="run an exported queue (no Snakemake needed)")

@@ -60,3 +60,12 @@ def test_only_the_gpu_runs_are_sent_to_cuda(cli_inputs, tmp_path, monkeypatch):
     status = run_queue(tmp_path, monkeypatch, queue, "--gpu-runs", "fedpr", "--gpu-workers", "1")
     assert status == {"results/runs/gpu.json": "exit 2", "results/runs/cpu.json": "ok"}
     assert "no CUDA device" in (tmp_path / "results/logs/device_queue/results_runs_gpu.json.log").read_text()
+
+
+@pytest.mark.parametrize("order, expected", [("longest", ["unknown", "slow", "fast"]),
+                                             ("shortest", ["fast", "slow", "unknown"])])
+def test_export_orders_training_jobs_by_their_expected_cost(tmp_path, order, expected):
+    jobs = {name: train_job(tmp_path, method, name) for name, method in
+            [("fast", "fedavg"), ("unknown", "fedlog"), ("slow", "fedsage_plus")]}
+    cost = {("fedavg", BASE["dataset"]): 5.0, ("fedsage_plus", BASE["dataset"]): 100.0}
+    assert device_queue.ordered(list(jobs.values()), cost, order) == [jobs[name] for name in expected]
