@@ -144,6 +144,10 @@ def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.Dat
               "noise; beside them, whether the paper's own table supports the claim).",
               "", "Coverage ([COVERAGE.md](COVERAGE.md), `COVERAGE.csv`; `fgl-report coverage`, run by the snapshot "
               "rule): per paper, table or figure and dataset, how many of the paper's seeds ran, or why not.",
+              "", "Columns of `runs.csv` beyond the ids: `test_acc` / `test_f1_macro` at `best_round` (the round of "
+              "best validation accuracy) in percent, `rounds_run`, `converge_round` (the first round reaching 99 % of "
+              "the run's highest test accuracy; empty for rows folded before the column existed), `wall_s`, "
+              "`upload_mb` / `download_mb` (per client over the run), `device` and `git_commit`.",
               "", "## Re-run a cell", "",
               "Each row of `runs.csv` names its Snakemake target (`target`, the run JSON); e.g.", "", "```",
               "snakemake --cores 1 --config studies=[<study>] only_datasets=all -- <target>", "```", "",
