@@ -69,6 +69,7 @@ from fglrepro.report.evidence import (
     mean_of,
     paired,
 )
+from fglrepro.report.tables import METRIC_COLUMNS
 
 #: keys each kind needs and may have, beyond the common ones.
 KIND_KEYS = {
@@ -82,9 +83,9 @@ COMMON_KEYS = {"id", "paper", "study", "table", "source", "statement", "note", "
                "clients"}
 VERDICTS = ("confirmed", "partly", "refuted", "inconclusive", "not run")
 DEFAULT_METRICS = ["acc"]
-#: a claim's metrics: the runs.csv column of each (test metrics at the best round in percent; ``rounds``,
-#: the communication rounds a run takes to reach 99 % of its highest test accuracy)
-CLAIM_METRICS = {"acc": "test_acc", "f1_macro": "test_f1_macro", "rounds": "converge_round"}
+#: a claim's metrics: the runs.csv column of each (the tables' test metrics at the best round in percent;
+#: ``rounds``, the communication rounds a run takes to reach 99 % of its highest test accuracy)
+CLAIM_METRICS = {**METRIC_COLUMNS, "rounds": "converge_round"}
 #: metrics where less is better: a row "beats" or is "above" another with a smaller mean
 LOWER_IS_BETTER = {"rounds"}
 #: kinds that can compare a lower-is-better metric
