@@ -1,9 +1,14 @@
-"""Per-method cost of the training jobs a workflow run made, from Snakemake's benchmark TSVs.
+"""Per-method cost of the training jobs a workflow run made, from Snakemake's benchmark TSVs or the run JSONs.
 
-Every training job writes ``results/benchmarks/train/<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.tsv``
-(wall seconds ``s``, ``cpu_time`` seconds, ``max_rss`` MB). This sums them per study and run
-(method row) and writes a Markdown table: jobs, total and median CPU seconds, median wall seconds,
-peak RSS. Wall times include waiting for the CPU when jobs share cores; CPU time does not.
+``--source benchmarks`` (default): every training job the workflow ran has
+``results/benchmarks/train/<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.tsv`` (wall seconds ``s``,
+``cpu_time`` seconds, ``max_rss`` MB). Snakemake samples a job's CPU time now and then, so short jobs
+read low. ``--source runs``: the run JSONs ``results/runs/<study>/...`` themselves, written by every
+``fgl-train`` however it was started (also ``benchmarks/device_queue.py run``): ``wall_s`` and ``cpu_s``
+of the federation (data loading and imports not included; exact, not sampled) and the process's peak
+RSS ``peak_memory_mb`` (CUDA: peak allocated memory). This sums them per study and run (method row) and
+writes a Markdown table: jobs, total and median CPU seconds, median wall seconds, peak RSS. Wall times
+include waiting for the CPU when jobs share cores; CPU time does not.
 
     python benchmarks/run_costs.py --results results --out benchmarks/RUN_COSTS.md fedgkd_table1 fedtad_table2
 
@@ -13,21 +18,31 @@ peak RSS. Wall times include waiting for the CPU when jobs share cores; CPU time
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 from pathlib import Path
 
 import pandas as pd
 
 
-def job_costs(results: Path, study: str) -> pd.DataFrame:
-    """One row per training job of ``study``: run, dataset, clients, seed, wall_s, cpu_s, rss_mb."""
+def job_costs(results: Path, study: str, source: str = "benchmarks") -> pd.DataFrame:
+    """One row per training job of ``study``: run, dataset, clients, seed, wall_s, cpu_s, rss_mb
+    (``source``: Snakemake's benchmark TSVs or the run JSONs; a run JSON without timings is skipped)."""
+    folder, pattern = ((results / "benchmarks" / "train" / study, "*/*/*/k*/seed*.tsv") if source == "benchmarks"
+                       else (results / "runs" / study, "*/*/*/k*/seed*.json"))
     rows = []
-    for path in sorted((results / "benchmarks" / "train" / study).glob("*/*/*/k*/seed*.tsv")):
-        run, dataset, _, clients, seed = path.relative_to(results / "benchmarks" / "train" / study).parts
-        last = pd.read_csv(path, sep="\t").iloc[-1]
+    for path in sorted(folder.glob(pattern)):
+        run, dataset, _, clients, seed = path.relative_to(folder).parts
+        if source == "benchmarks":
+            last = pd.read_csv(path, sep="\t").iloc[-1]
+            cost = {"wall_s": last["s"], "cpu_s": last["cpu_time"], "rss_mb": last["max_rss"]}
+        else:
+            record = json.loads(path.read_text())
+            if "cpu_s" not in record:
+                continue
+            cost = {"wall_s": record["wall_s"], "cpu_s": record["cpu_s"], "rss_mb": record["peak_memory_mb"]}
         rows.append({"run": run.split("@")[0], "dataset": dataset, "clients": int(clients[1:]),
-                     "seed": int(seed[4:-4]), "wall_s": last["s"], "cpu_s": last["cpu_time"],
-                     "rss_mb": last["max_rss"]})
+                     "seed": int(path.stem[4:]), **cost})
     return pd.DataFrame(rows)
 
 
@@ -47,12 +62,14 @@ def main() -> None:
     parser.add_argument("--results", default="results", type=Path)
     parser.add_argument("--out", type=Path, help="Markdown file (default: print)")
     parser.add_argument("--by-dataset", action="store_true", help="one row per run and dataset")
+    parser.add_argument("--source", choices=("benchmarks", "runs"), default="benchmarks",
+                        help="Snakemake's benchmark TSVs (sampled CPU) or the run JSONs' own timers")
     args = parser.parse_args()
     lines = [f"Machine: {platform.processor() or platform.machine()}, {platform.node()}", ""]
     for study in args.studies:
-        jobs = job_costs(args.results, study)
+        jobs = job_costs(args.results, study, args.source)
         if jobs.empty:
-            lines += [f"## {study}", "", "no benchmark files", ""]
+            lines += [f"## {study}", "", f"no {'benchmark files' if args.source == 'benchmarks' else 'timed runs'}", ""]
             continue
         table = summary(jobs, ["run", "dataset"] if args.by_dataset else ["run"]).round(1)
         markdown = table.reset_index().to_markdown(index=False) if args.by_dataset else table.to_markdown()
