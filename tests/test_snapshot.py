@@ -17,7 +17,9 @@ from fglrepro.report.snapshot import (
     RUN_COLUMNS,
     RUNS,
     STUDIES,
+    commit_mix_sentence,
     load_claims,
+    mixed_commit_cells,
     read_runs,
     render,
     write_snapshot,
@@ -236,3 +238,20 @@ def test_writing_without_merge_keeps_only_the_given_runs(snapshot):
     write_snapshot([make_metrics({"E": every_cell(50.0)}, study="u")], {"u": make_meta(["E"], study="u")}, claims,
                    paper, out)
     assert set(read_runs(out / RUNS)["study"]) == {"u"} and not (out / "s.md").exists()
+
+
+def test_the_readme_counts_the_cells_whose_seeds_come_from_more_than_one_commit():
+    runs = pd.DataFrame([
+        # cell (s, A, Cora, 5): seeds at two commits; (s, A, Cora, 10): one commit; (s, B, Cora, 5): one ok run
+        # at a third commit beside a failed run at another (a failed run does not count)
+        *[{"study": "s", "run": "A", "dataset": "Cora", "clients": 5, "seed": seed, "status": "ok",
+           "git_commit": commit} for seed, commit in [(0, "aaa"), (1, "bbb"), (2, "aaa")]],
+        *[{"study": "s", "run": "A", "dataset": "Cora", "clients": 10, "seed": seed, "status": "ok",
+           "git_commit": "aaa"} for seed in (0, 1)],
+        {"study": "s", "run": "B", "dataset": "Cora", "clients": 5, "seed": 0, "status": "ok", "git_commit": "ccc"},
+        {"study": "s", "run": "B", "dataset": "Cora", "clients": 5, "seed": 1, "status": "failed", "git_commit": "ddd"},
+    ])
+    assert mixed_commit_cells(runs) == (1, 3)
+    assert "1 of 3 cells with ok runs mix commits" in commit_mix_sentence(runs)
+    runs.loc[runs["git_commit"] == "bbb", "git_commit"] = "aaa"
+    assert mixed_commit_cells(runs) == (0, 3)

@@ -23,6 +23,7 @@ RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "part
 RUNS, STUDIES = "runs.csv", "studies.json"
 #: one run of a snapshot: a newer run with the same key replaces it when runs are merged in
 RUN_KEY = ["study", "run", "dataset", "clients", "seed"]
+CELL_KEY = RUN_KEY[:-1]  # a table cell: its runs are the seeds
 #: name ending of a study's partition statistics (ours next to the paper's), kept as made by the workflow
 PARTITION_STATS = ".partition_stats.csv"
 
@@ -118,6 +119,23 @@ def render(runs: pd.DataFrame, metas: Mapping[str, dict], claims: list[dict], pa
     return files
 
 
+def mixed_commit_cells(runs: pd.DataFrame) -> tuple[int, int]:
+    """``(mixed, cells)``: of the cells (study, run, dataset, clients) with ok runs, how many have ok runs
+    made at more than one recorded commit."""
+    ok = runs[(runs["status"] == "ok") & runs["git_commit"].notna()]
+    commits = ok.groupby(CELL_KEY)["git_commit"].nunique()
+    return int((commits > 1).sum()), len(commits)
+
+
+def commit_mix_sentence(runs: pd.DataFrame) -> str:
+    """Says how many cells mix commits, and what that means for reading a mean over seeds."""
+    mixed, cells = mixed_commit_cells(runs)
+    return (f"The seeds of a cell (study, run, dataset, clients) may come from different commits: {mixed} of {cells} "
+            "cells with ok runs mix commits. A later commit can round a method's floats differently (e.g. a speed-up "
+            "that reorders a sum), and a seed rerun there then gives other numbers; `fgl-report verify --at-head` "
+            "rebuilds rows by the current code and says which still give the same.")
+
+
 def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.DataFrame) -> str:
     """The snapshot's README: what is here, the studies with their run counts, the claims' verdicts,
     how to re-run a cell and how to regenerate the snapshot."""
@@ -131,6 +149,7 @@ def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.Dat
              "and a test renders them again and compares (`tests/test_snapshot.py`).", "",
              f"{len(runs)} runs, {int((runs['status'] == 'ok').sum())} ok; code commit(s): "
              + (", ".join(f"`{c[:10]}`" for c in commits) or "not recorded") + ".", "",
+             commit_mix_sentence(runs), "",
              "| Study | Paper | Table | Runs (ok) | Table file | Comparison |", "|---|---|---|---:|---|---|"]
     for study, meta in metas.items():
         part = runs[runs["study"] == study]
