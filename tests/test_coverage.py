@@ -22,6 +22,7 @@ from fglrepro.report.coverage import (
     read_notes,
     run_coverage_html,
     snapshot_coverage,
+    stale_notes,
 )
 from fglrepro.report.reproduction import PAPERS, generate
 
@@ -159,6 +160,22 @@ def test_committed_coverage_is_what_the_snapshot_and_study_files_give():
     assert (SNAPSHOT / "COVERAGE.md").read_text() == coverage_markdown(table, PAPERS), (
         "docs/results/COVERAGE.md is stale: run `fgl-report coverage` (defaults: docs/results, config/studies)")
     assert (SNAPSHOT / "COVERAGE.csv").read_text() == table.to_csv(index=False)
+
+
+def test_a_note_on_a_cell_that_became_complete_is_reported_as_stale():
+    note = [{"study": "s", "datasets": ["Cora"], "tag": "CPU budget", "reason": "seed 2 left for later"}]
+    partial = coverage_cell(PLAN, "Cora", runs(every(seeds=(0, 1))), OFFLINE, note, paper_seeds=3)
+    complete = coverage_cell(PLAN, "Cora", runs(every()), OFFLINE, note, paper_seeds=3)
+    table = pd.DataFrame([partial, complete])
+    assert [c["status"] for c in (partial, complete)] == ["partial", "complete"]
+    assert stale_notes(table) == ["s x Cora"]
+    assert stale_notes(table.iloc[:1]) == []
+
+
+@committed
+def test_committed_notes_say_nothing_about_complete_cells():
+    table = snapshot_coverage(SNAPSHOT, STUDY_DIR, PAPER_DIR, NOTES / "coverage.yaml")
+    assert stale_notes(table) == [], "remove these cells' notes from docs/notes/coverage.yaml"
 
 
 @committed

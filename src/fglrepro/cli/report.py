@@ -239,11 +239,13 @@ def main(argv=None) -> None:
             verify_snapshot(args)
             return
         if args.command == "coverage":
-            from fglrepro.report.coverage import write_coverage
+            from fglrepro.report.coverage import stale_notes, write_coverage
 
             table = write_coverage(args.snapshot, args.study_dir, args.paper_dir, args.notes,
                                    args.out_prefix or f"{args.snapshot}/COVERAGE")
             log.info("%d cells: %s", len(table), table["status"].value_counts().to_dict())
+            if stale := stale_notes(table):
+                log.warning("%s: notes on complete cells, out of date (remove them): %s", args.notes, "; ".join(stale))
             return
         if args.command == "reproduction":
             from fglrepro.report.reproduction import generate

@@ -292,6 +292,13 @@ def snapshot_coverage(snapshot: str | Path, study_dir: str | Path, paper_dir: st
     return table.sort_values(["paper", "item"], key=lambda c: c.map(sort_key), kind="stable", ignore_index=True)
 
 
+def stale_notes(table: pd.DataFrame) -> list[str]:
+    """``study x dataset`` of the complete cells that still carry a note: notes say why a cell is not
+    complete, so once its runs are in the snapshot the note is out of date (remove it from the notes file)."""
+    done = table[(table["status"] == "complete") & (table["note"].fillna("") != "")]
+    return [f"{r.study} x {r.dataset}" for r in done.itertuples()]
+
+
 def write_coverage(snapshot: str | Path, study_dir: str | Path, paper_dir: str | Path, notes: str | Path | None,
                    out_prefix: str | Path) -> pd.DataFrame:
     """Write ``<out_prefix>.md`` (:func:`coverage_markdown`) and ``<out_prefix>.csv`` (:data:`COLUMNS`) of
