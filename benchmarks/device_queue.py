@@ -6,17 +6,17 @@ that has no Snakemake, then fold what came back like any other run.
     python3 benchmarks/device_queue.py run --queue .gpu/queue*.json --workers 12 --deadline 400 \\
         --log $OUT/queue.csv                                                  # there, plain Python
 
-``export`` asks Snakemake (dry run, every seed of the studies) for the jobs of every training run whose
-run JSON is not in ``docs/results/runs.csv``, keeps the workflow's own commands (``fgl-train`` and the
-``fgl-data`` download / prepare jobs of its inputs), orders the training jobs longest first (the
-snapshot's median wall seconds of the same method and dataset; unknown first), or shortest first with
-``--order shortest`` (to fill the most gaps on a few local cores: ``run --workers 1`` works here too),
-and builds the partitions here (they travel with ``carry``). ``run`` executes the data jobs, then the training jobs on
-``workers`` processes (``--gpu-runs``: the runs whose id starts so on CUDA on ``--gpu-workers`` of
-them, the rest on the CPU), each through ``python -m fglrepro.cli.<tool>`` on the source tree it sits in;
-no job starts after ``deadline`` seconds and jobs still running at ``deadline + grace`` are stopped.
-It writes the run JSONs where the workflow would (``results/runs/...``) and one CSV row per job
-(target, seconds, status).
+``export`` asks Snakemake (dry run, every seed of the studies) for the jobs of every training run whose run
+JSON is not in the snapshot's ``runs.csv`` (``--snapshot``, default this tree's ``docs/results``), keeps the
+workflow's own commands (``fgl-train`` and the ``fgl-data`` download / prepare jobs of its inputs), orders the
+training jobs longest first (the snapshot's median wall seconds of the same method and dataset; unknown
+first), or shortest first with ``--order shortest`` (to fill the most gaps on a few local cores:
+``run --workers 1`` works here too), and builds the partitions here (they travel with ``carry``). ``run``
+executes the data jobs, then the training jobs on ``workers`` processes (``--gpu-runs``: the runs whose id
+starts so on CUDA on ``--gpu-workers`` of them, the rest on the CPU), each through
+``python -m fglrepro.cli.<tool>`` on the source tree it sits in; no job starts after ``deadline`` seconds and
+jobs still running at ``deadline + grace`` are stopped. It writes the run JSONs where the workflow would
+(``results/runs/...``) and one CSV row per job (target, seconds, status).
 """
 
 from __future__ import annotations
@@ -68,14 +68,19 @@ def ordered(train: list[list[str]], cost: dict[tuple[str, str], float], order: s
     return sorted(train, key=key)
 
 
+def missing(commands: list[list[str]], runs_csv: Path) -> list[list[str]]:
+    """The ``fgl-train`` argvs among ``commands`` whose run JSON is not a ``target`` of ``runs_csv``."""
+    with runs_csv.open() as handle:
+        done = {row["target"] for row in csv.DictReader(handle)}
+    return [argv for argv in commands if argv[0] == "fgl-train" and flag(argv, "--out") not in done]
+
+
 def export(args) -> None:
     config = [f"studies=[{','.join(args.studies)}]", f"only_datasets=[{','.join(args.datasets)}]",
               "only_seeds=all", "skip_runs=[]"]
     commands = shell_commands(config)
-    runs_csv = REPO / "docs/results/runs.csv"
-    with runs_csv.open() as handle:
-        done = {row["target"] for row in csv.DictReader(handle)}
-    train = [argv for argv in commands if argv[0] == "fgl-train" and flag(argv, "--out") not in done]
+    runs_csv = args.snapshot / "runs.csv"
+    train = missing(commands, runs_csv)
     if args.runs:
         train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"].startswith(tuple(args.runs))]
     train = ordered(train, expected_seconds(runs_csv), args.order)
@@ -168,6 +173,9 @@ def main() -> None:
     exp.add_argument("--order", choices=("longest", "shortest"), default="longest",
                      help="training jobs longest first (packs a deadline on many workers) or shortest first (the "
                           "most runs on few cores); unknown costs count as longest")
+    exp.add_argument("--snapshot", type=Path, default=REPO / "docs/results",
+                     help="results snapshot whose runs count as done (default: this tree's; name the main "
+                          "checkout's when exporting from an older worktree)")
     exp.add_argument("--out", type=Path, required=True)
     exp.set_defaults(func=export)
     rn = sub.add_parser("run", help="run an exported queue (no Snakemake needed)")

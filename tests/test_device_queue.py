@@ -69,3 +69,11 @@ def test_export_orders_training_jobs_by_their_expected_cost(tmp_path, order, exp
             [("fast", "fedavg"), ("unknown", "fedlog"), ("slow", "fedsage_plus")]}
     cost = {("fedavg", BASE["dataset"]): 5.0, ("fedsage_plus", BASE["dataset"]): 100.0}
     assert device_queue.ordered(list(jobs.values()), cost, order) == [jobs[name] for name in expected]
+
+
+def test_export_keeps_the_training_jobs_whose_run_json_the_snapshot_lacks(tmp_path):
+    done, todo = train_job(tmp_path, "fedavg", "done"), train_job(tmp_path, "fedavg", "todo")
+    prepare = ["fgl-data", "prepare", "--out", "data/prepared/Cora/plain.pt"]
+    runs_csv = tmp_path / "runs.csv"
+    runs_csv.write_text(f"study,target\ns,{device_queue.flag(done, '--out')}\n")
+    assert device_queue.missing([prepare, done, todo], runs_csv) == [todo]
