@@ -82,6 +82,9 @@ def test_a_cell_without_runs_says_why():
     note = {"study": "s", "datasets": ["Cora"], "tag": "CPU budget", "reason": "40 min per run"}
     assert reason(PLAN, "Cora", [note]) == "CPU budget"
     assert reason(PLAN, "PubMed", [note]) == "no data offline"  # the note names Cora only
+    every_dataset = {"study": "s", "tag": "CPU budget", "reason": "40 min per run"}
+    assert reason(PLAN, "Cora", [every_dataset]) == "CPU budget"
+    assert reason(PLAN, "PubMed", [every_dataset]) == "no data offline"  # the data, not the CPU, is what lacks
 
 
 def test_offline_datasets_are_those_whose_raw_files_the_package_pins():

@@ -112,10 +112,10 @@ def coverage_cell(plan: StudyPlan, dataset: str, runs: pd.DataFrame, offline: se
     note = matching_note(notes, plan.study, dataset)
     if seeds_ok:
         status, reason = ("complete" if len(complete) >= paper_seeds else "partial"), ""
+    elif dataset not in offline:  # whatever a note about the study says: without the data nothing can run
+        status, reason = "not run", "no data offline"
     elif note is not None:
         status, reason = "not run", note["tag"]
-    elif dataset not in offline:
-        status, reason = "not run", "no data offline"
     elif not plan.rows and plan.not_reproducible:
         status, reason = "not run", "not reproducible"
     elif not plan.rows:
