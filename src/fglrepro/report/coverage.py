@@ -10,9 +10,12 @@ say it (CPU budget with its measured cost, a table without a study). A cell read
 - ``n of m``: n distinct seeds with an ``ok`` run of the study on the dataset, of the paper's m
   (:data:`fglrepro.report.claims.PAPER_SEEDS`); ``partial`` when a seed lacks some trained row or
   client count;
-- else a reason (:data:`REASONS`): the dataset's raw files cannot be had offline (the package pins no
-  digest for them), the study has no trained rows (not implemented), all its rows are marked
-  ``not_reproducible``, a note's reason, or "not run yet" (the data is there, the runs are not).
+- else a reason (:data:`REASONS`), the first that applies: the dataset's raw files cannot be had offline
+  (the package pins no digest for them), a note's reason, all the study's rows are marked
+  ``not_reproducible``, the study has no trained rows (not implemented), or "not run yet" (the data is
+  there, the runs are not).
+
+A note on a complete cell is out of date (:func:`stale_notes`; ``fgl-report coverage`` warns).
 """
 
 from __future__ import annotations
