@@ -25,24 +25,35 @@ from pathlib import Path
 import pandas as pd
 
 
+def benchmark_cost(path: Path) -> dict:
+    """Wall and CPU seconds and peak RSS of a Snakemake benchmark TSV (its last row)."""
+    last = pd.read_csv(path, sep="\t").iloc[-1]
+    return {"wall_s": last["s"], "cpu_s": last["cpu_time"], "rss_mb": last["max_rss"]}
+
+
+def run_cost(path: Path) -> dict | None:
+    """Wall and CPU seconds and peak RSS a run JSON records; ``None`` for one without timings."""
+    record = json.loads(path.read_text())
+    if "cpu_s" not in record:
+        return None
+    return {"wall_s": record["wall_s"], "cpu_s": record["cpu_s"], "rss_mb": record["peak_memory_mb"]}
+
+
+#: ``--source``: (folder under the results, file ending, reader) of each job's costs
+SOURCES = {"benchmarks": ("benchmarks/train", "tsv", benchmark_cost), "runs": ("runs", "json", run_cost)}
+
+
 def job_costs(results: Path, study: str, source: str = "benchmarks") -> pd.DataFrame:
     """One row per training job of ``study``: run, dataset, clients, seed, wall_s, cpu_s, rss_mb
     (``source``: Snakemake's benchmark TSVs or the run JSONs; a run JSON without timings is skipped)."""
-    folder, pattern = ((results / "benchmarks" / "train" / study, "*/*/*/k*/seed*.tsv") if source == "benchmarks"
-                       else (results / "runs" / study, "*/*/*/k*/seed*.json"))
+    subdir, ending, read = SOURCES[source]
+    folder = results / subdir / study
     rows = []
-    for path in sorted(folder.glob(pattern)):
-        run, dataset, _, clients, seed = path.relative_to(folder).parts
-        if source == "benchmarks":
-            last = pd.read_csv(path, sep="\t").iloc[-1]
-            cost = {"wall_s": last["s"], "cpu_s": last["cpu_time"], "rss_mb": last["max_rss"]}
-        else:
-            record = json.loads(path.read_text())
-            if "cpu_s" not in record:
-                continue
-            cost = {"wall_s": record["wall_s"], "cpu_s": record["cpu_s"], "rss_mb": record["peak_memory_mb"]}
-        rows.append({"run": run.split("@")[0], "dataset": dataset, "clients": int(clients[1:]),
-                     "seed": int(path.stem[4:]), **cost})
+    for path in sorted(folder.glob(f"*/*/*/k*/seed*.{ending}")):
+        run, dataset, _, clients, _ = path.relative_to(folder).parts
+        if (cost := read(path)) is not None:
+            rows.append({"run": run.split("@")[0], "dataset": dataset, "clients": int(clients[1:]),
+                         "seed": int(path.stem[4:]), **cost})
     return pd.DataFrame(rows)
 
 
@@ -62,7 +73,7 @@ def main() -> None:
     parser.add_argument("--results", default="results", type=Path)
     parser.add_argument("--out", type=Path, help="Markdown file (default: print)")
     parser.add_argument("--by-dataset", action="store_true", help="one row per run and dataset")
-    parser.add_argument("--source", choices=("benchmarks", "runs"), default="benchmarks",
+    parser.add_argument("--source", choices=tuple(SOURCES), default="benchmarks",
                         help="Snakemake's benchmark TSVs (sampled CPU) or the run JSONs' own timers")
     args = parser.parse_args()
     lines = [f"Machine: {platform.processor() or platform.machine()}, {platform.node()}", ""]
