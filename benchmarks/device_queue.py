@@ -17,6 +17,14 @@ starts so on CUDA on ``--gpu-workers`` of them, the rest on the CPU), each throu
 ``python -m fglrepro.cli.<tool>`` on the source tree it sits in; no job starts after ``deadline`` seconds and
 jobs still running at ``deadline + grace`` are stopped. It writes the run JSONs where the workflow would
 (``results/runs/...``) and one CSV row per job (target, seconds, status).
+
+    python benchmarks/device_queue.py fold --studies fedtad_table4 ...        # here again, with Snakemake
+
+``fold`` puts the run JSONs that came back into the snapshot the way ``snakemake snapshot`` does, but from the runs
+that are there rather than from every run of the studies: per study, the workflow's own ``fgl-aggregate`` command
+on the run JSONs present under ``results/runs/`` (on the datasets they cover), then ``fgl-report snapshot --merge``
+(each run replaces the snapshot's run of the same study, run, dataset, clients and seed) and ``fgl-report
+coverage``, with the claims, reported values, study files and notes of the snapshot's own checkout.
 """
 
 from __future__ import annotations
@@ -36,12 +44,14 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
-def shell_commands(config: list[str]) -> list[list[str]]:
-    """argv of every job Snakemake would run (dry run, ``--forceall``) under ``--config config``."""
-    out = subprocess.run([SNAKEMAKE, "-n", "-p", "--forceall",
-                          "--config", *config], cwd=REPO, check=True, capture_output=True, text=True).stdout
-    return [shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
-            for line in out.splitlines() if line.startswith("Shell command: fgl-")]
+def shell_commands(config: list[str], targets: tuple[str, ...] = ()) -> list[list[str]]:
+    """argv of every job Snakemake would run (dry run, ``--forceall``) for ``targets`` (default: the
+    workflow's) under ``--config config``, each up to its first output redirection."""
+    out = subprocess.run([SNAKEMAKE, "-n", "-p", "--forceall", "--config", *config, "--", *targets],
+                         cwd=REPO, check=True, capture_output=True, text=True).stdout
+    commands = [shlex.split(line.removeprefix("Shell command: "))
+                for line in out.splitlines() if line.startswith("Shell command: fgl-")]
+    return [argv[:argv.index(">")] if ">" in argv else argv for argv in commands]
 
 
 def flag(argv: list[str], name: str) -> str:
@@ -50,9 +60,11 @@ def flag(argv: list[str], name: str) -> str:
 
 
 def expected_seconds(runs_csv: Path) -> dict[tuple[str, str], float]:
-    """``(method, dataset) -> median wall seconds`` of the snapshot's runs."""
+    """``(method, dataset) -> median wall seconds`` of the snapshot's runs (none without a snapshot)."""
     import pandas as pd
 
+    if not runs_csv.is_file():
+        return {}
     runs = pd.read_csv(runs_csv)
     return runs.groupby(["method", "dataset"])["wall_s"].median().to_dict()
 
@@ -69,15 +81,23 @@ def ordered(train: list[list[str]], cost: dict[tuple[str, str], float], order: s
 
 
 def missing(commands: list[list[str]], runs_csv: Path) -> list[list[str]]:
-    """The ``fgl-train`` argvs among ``commands`` whose run JSON is not a ``target`` of ``runs_csv``."""
-    with runs_csv.open() as handle:
-        done = {row["target"] for row in csv.DictReader(handle)}
+    """The ``fgl-train`` argvs among ``commands`` whose run JSON is not a ``target`` of ``runs_csv``
+    (every one when there is no snapshot yet)."""
+    done = set()
+    if runs_csv.is_file():
+        with runs_csv.open() as handle:
+            done = {row["target"] for row in csv.DictReader(handle)}
     return [argv for argv in commands if argv[0] == "fgl-train" and flag(argv, "--out") not in done]
 
 
+def study_config(studies: list[str], datasets: list[str] | str) -> list[str]:
+    """``--config`` of the workflow for every seed and row of ``studies`` on ``datasets`` (a list, or ``all``)."""
+    datasets = datasets if isinstance(datasets, str) else f"[{','.join(datasets)}]"
+    return [f"studies=[{','.join(studies)}]", f"only_datasets={datasets}", "only_seeds=all", "skip_runs=[]"]
+
+
 def export(args) -> None:
-    config = [f"studies=[{','.join(args.studies)}]", f"only_datasets=[{','.join(args.datasets)}]",
-              "only_seeds=all", "skip_runs=[]"]
+    config = study_config(args.studies, args.datasets)
     commands = shell_commands(config)
     runs_csv = args.snapshot / "runs.csv"
     train = missing(commands, runs_csv)
@@ -105,6 +125,11 @@ def module_argv(argv: list[str], device: str | None) -> list[str]:
     return [sys.executable, "-m", f"fglrepro.cli.{argv[0].removeprefix('fgl-')}", *argv[1:]]
 
 
+def source_env() -> dict[str, str]:
+    """The environment of a job: this one, with the package imported from this source tree."""
+    return {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
 def run_job(argv: list[str], device: str | None, start_by: float, stop_at: float, log_dir: Path
             ) -> tuple[str, float, str]:
     """Run one job, unless ``start_by`` (monotonic clock) has passed, to its end or until ``stop_at``;
@@ -116,8 +141,7 @@ def run_job(argv: list[str], device: str | None, start_by: float, stop_at: float
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     log = log_dir / (target.replace("/", "_") + ".log")
     with log.open("w") as handle:
-        proc = subprocess.Popen(module_argv(argv, device), stdout=handle, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        proc = subprocess.Popen(module_argv(argv, device), stdout=handle, stderr=subprocess.STDOUT, env=source_env())
         try:
             code = proc.wait(timeout=max(stop_at - start, 1))
             status = "ok" if code == 0 else f"exit {code}"
@@ -163,6 +187,63 @@ def run(args) -> None:
           f"({args.workers} workers, {gpu_workers} of them on CUDA)")
 
 
+def present_runs(aggregate: list[str], root: Path = REPO) -> list[str]:
+    """The run JSONs of a ``fgl-aggregate`` argv (the arguments after its options) that exist under ``root``."""
+    return [path for path in aggregate[aggregate.index("--out-curves") + 2:] if (root / path).is_file()]
+
+
+def run_dataset(path: str) -> str:
+    """The dataset of a run JSON's path, ``.../runs/<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.json``."""
+    return Path(path).parts[-4]
+
+
+def fold_commands(dry_runs: list[list[list[str]]], snapshot: Path, allow_dirty: bool = False,
+                  root: Path = REPO) -> list[list[str]]:
+    """From dry runs of the ``snapshot`` target, one per study: each study's ``fgl-aggregate`` on its present
+    run JSONs (studies without any left out), then ``fgl-report snapshot --merge`` of them into ``snapshot`` and
+    ``fgl-report coverage``; the claims file, reported values, study files and coverage notes are those of
+    ``snapshot``'s checkout (``<checkout>/docs/results``), which may be newer than this tree's."""
+    home = snapshot.resolve().parents[1]
+    aggregates, metas, report = [], {}, None
+    for commands in dry_runs:
+        (aggregate,) = [argv for argv in commands if argv[0] == "fgl-aggregate"]
+        (report,) = [argv for argv in commands if argv[:2] == ["fgl-report", "snapshot"]]
+        if runs := present_runs(aggregate, root):
+            study = json.loads(flag(aggregate, "--meta"))["study"]
+            aggregates.append(aggregate[:aggregate.index("--out-curves") + 2] + runs)
+            metas[study] = json.loads(flag(report, "--meta"))[study]
+    if not aggregates:
+        return []
+    claims = ["--claims", str(home / flag(report, "--claims"))] if "--claims" in report else []
+    merge = ["fgl-report", "snapshot", *claims, "--paper-dir", str(home / flag(report, "--paper-dir")),
+             "--results-dir", flag(report, "--results-dir"), "--meta", json.dumps(metas), "--out", str(snapshot),
+             "--merge", *(["--allow-dirty"] if allow_dirty else []),
+             *[flag(argv, "--out-metrics") for argv in aggregates]]
+    coverage = ["fgl-report", "coverage", "--snapshot", str(snapshot), "--study-dir", str(home / "config/studies"),
+                "--paper-dir", str(home / flag(report, "--paper-dir")),
+                "--notes", str(home / "docs/notes/coverage.yaml")]
+    return aggregates + [merge, coverage]
+
+
+def fold(args) -> None:
+    dry_runs = []
+    for study in args.studies:
+        commands = shell_commands(study_config([study], "all"), ("snapshot",))
+        datasets = sorted({run_dataset(path) for argv in commands if argv[0] == "fgl-aggregate"
+                           for path in present_runs(argv)})
+        if datasets:
+            dry_runs.append(shell_commands(study_config([study], datasets), ("snapshot",)))
+        else:
+            print(f"{study}: no run JSONs under {REPO / 'results/runs'}", flush=True)
+    commands = fold_commands(dry_runs, args.snapshot, args.allow_dirty)
+    if not commands:
+        sys.exit("nothing to fold")
+    for argv in commands:
+        if argv[0] == "fgl-aggregate":
+            print(f"{len(present_runs(argv))} runs of {json.loads(flag(argv, '--meta'))['study']}", flush=True)
+        subprocess.run(module_argv(argv, None), cwd=REPO, check=True, env=source_env())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -191,6 +272,14 @@ def main() -> None:
     rn.add_argument("--log", type=Path, required=True, help="CSV of (target, seconds, status)")
     rn.add_argument("--log-dir", type=Path, default=Path("results/logs/device_queue"))
     rn.set_defaults(func=run)
+    fd = sub.add_parser("fold", help="merge the run JSONs present into the results snapshot (needs Snakemake)")
+    fd.add_argument("--studies", nargs="+", required=True)
+    fd.add_argument("--snapshot", type=Path, default=REPO / "docs/results",
+                    help="results snapshot to fold into (default: this tree's; name the main checkout's when "
+                         "folding runs made in another worktree)")
+    fd.add_argument("--allow-dirty", action="store_true",
+                    help="accept runs made from a tree with uncommitted changes (a draft, not to be committed)")
+    fd.set_defaults(func=fold)
     args = parser.parse_args()
     args.func(args)
 

@@ -1,18 +1,22 @@
-"""benchmarks/device_queue.py run: a queue of the workflow's commands runs without Snakemake, each job's
-status is recorded (ok, the exit code, not started after the deadline) and --gpu-runs sends only
-the named runs to CUDA (the rest to the CPU)."""
+"""benchmarks/device_queue.py: a queue of the workflow's commands runs without Snakemake, each job's
+status is recorded (ok, the exit code, not started after the deadline), --gpu-runs sends only the named
+runs to CUDA (the rest to the CPU), and what came back folds into the results snapshot."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
+import shutil
+import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 from conftest import REPO
 from test_cli import BASE
+from test_workflow import TINY_STUDY, make_workdir
 
 spec = importlib.util.spec_from_file_location("device_queue", REPO / "benchmarks" / "device_queue.py")
 device_queue = importlib.util.module_from_spec(spec)
@@ -77,3 +81,69 @@ def test_export_keeps_the_training_jobs_whose_run_json_the_snapshot_lacks(tmp_pa
     runs_csv = tmp_path / "runs.csv"
     runs_csv.write_text(f"study,target\ns,{device_queue.flag(done, '--out')}\n")
     assert device_queue.missing([prepare, done, todo], runs_csv) == [todo]
+
+
+def queue_tool(work, *args: str) -> str:
+    """``benchmarks/device_queue.py <args>`` of the tiny workflow copy ``work`` (its own REPO)."""
+    proc = subprocess.run([sys.executable, str(work / "benchmarks" / "device_queue.py"), *args], cwd=work,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"device_queue.py {args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.mark.e2e
+def test_runs_made_by_the_queue_fold_into_the_snapshot_seed_by_seed(repo, tmp_path):
+    """export -> run (seed 0 only) -> fold, then again for what is left: the snapshot gets exactly the runs
+    that were made, keeps the earlier ones, and a second export asks only for the runs it still lacks."""
+    work = make_workdir(repo, tmp_path, TINY_STUDY)
+    (work / "benchmarks").mkdir()
+    shutil.copy(repo / "benchmarks" / "device_queue.py", work / "benchmarks")
+    runs_csv = work / "docs" / "results" / "runs.csv"
+
+    def export_run_fold(seeds: set[int]) -> list[dict]:
+        queue_tool(work, "export", "--studies", "tiny", "--datasets", "Cora", "--out", "queue.json")
+        queue = json.loads((work / "queue.json").read_text())
+        planned = [json.loads(device_queue.flag(argv, "--spec")) for argv in queue["train"]]
+        queue["train"] = [argv for argv, spec in zip(queue["train"], planned) if spec["seed"] in seeds]
+        (work / "queue.json").write_text(json.dumps(queue))
+        queue_tool(work, "run", "--queue", "queue.json", "--workers", "2", "--log", "log.csv")
+        out = queue_tool(work, "fold", "--studies", "tiny", "--allow-dirty")
+        assert "runs of tiny" in out
+        return planned
+
+    planned = export_run_fold({0})
+    assert sorted((spec["run"], spec["seed"]) for spec in planned) == [("fedavg", 0), ("fedavg", 1),
+                                                                       ("fedprox", 0), ("fedprox", 1)]
+    first = pd.read_csv(runs_csv)
+    assert sorted(zip(first["run"], first["seed"])) == [("fedavg", 0), ("fedprox", 0)]
+    assert set(first["status"]) == {"ok"} and (work / "docs" / "results" / "COVERAGE.md").is_file()
+    assert json.loads((work / "docs" / "results" / "studies.json").read_text())["tiny"]["columns"] == [["Cora", 3]]
+
+    planned = export_run_fold({1})
+    assert sorted((spec["run"], spec["seed"]) for spec in planned) == [("fedavg", 1), ("fedprox", 1)]
+    both = pd.read_csv(runs_csv)
+    assert sorted(zip(both["run"], both["seed"])) == [("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)]
+    kept = both[both["seed"] == 0].sort_values("run")["test_acc"].tolist()
+    assert kept == first.sort_values("run")["test_acc"].tolist()
+    assert "2 with every row and client count; the study lists 2" in (work / "docs/results/COVERAGE.md").read_text()
+
+
+def test_fold_aggregates_only_the_runs_present_and_takes_its_files_from_the_snapshots_checkout(tmp_path):
+    present, absent = (f"results/runs/s/fedavg/Cora/louvain/k3/seed{seed}.json" for seed in (0, 1))
+    (tmp_path / present).parent.mkdir(parents=True)
+    (tmp_path / present).write_text("{}")
+    aggregate = ["fgl-aggregate", "--meta", json.dumps({"study": "s"}), "--out-metrics", "results/metrics/s.csv",
+                 "--out-curves", "results/metrics/s.curves.csv"]
+    report = ["fgl-report", "snapshot", "--claims", "config/paper/claims.yaml", "--paper-dir", "config/paper",
+              "--meta", json.dumps({"s": {"rows": ["FedAvg"]}, "t": {}}), "--results-dir", "results",
+              "--out", "docs/results", "--partition-stats", "results/tables/s.partition_stats.csv"]
+    snapshot = tmp_path / "main" / "docs" / "results"
+    assert device_queue.fold_commands([[aggregate + [absent], report]], snapshot, root=tmp_path) == []
+    fold_aggregate, merge, coverage = device_queue.fold_commands([[aggregate + [present, absent], report]],
+                                                                 snapshot, root=tmp_path)
+    assert fold_aggregate == aggregate + [present]
+    assert device_queue.flag(merge, "--claims") == str(tmp_path / "main" / "config/paper/claims.yaml")
+    assert device_queue.flag(merge, "--out") == str(snapshot) and merge[-1] == "results/metrics/s.csv"
+    assert "--merge" in merge and "--allow-dirty" not in merge and "--partition-stats" not in merge
+    assert json.loads(device_queue.flag(merge, "--meta")) == {"s": {"rows": ["FedAvg"]}}
+    assert device_queue.flag(coverage, "--notes") == str(tmp_path / "main" / "docs/notes/coverage.yaml")
