@@ -24,7 +24,8 @@ jobs still running at ``deadline + grace`` are stopped. It writes the run JSONs 
 that are there rather than from every run of the studies: per study, the workflow's own ``fgl-aggregate`` command
 on the run JSONs present under ``results/runs/`` (on the datasets they cover), then ``fgl-report snapshot --merge``
 (each run replaces the snapshot's run of the same study, run, dataset, clients and seed) and ``fgl-report
-coverage``, with the claims, reported values, study files and notes of the snapshot's own checkout.
+coverage``, with the claims, reported values, study files and notes of the snapshot's own checkout. The
+snapshot's partition statistics tables stay as they are (the workflow's ``snapshot`` rule writes them).
 """
 
 from __future__ import annotations
