@@ -81,6 +81,14 @@ def ordered(train: list[list[str]], cost: dict[tuple[str, str], float], order: s
     return sorted(train, key=key)
 
 
+def queue_estimate(train: list[list[str]], cost: dict[tuple[str, str], float]) -> str:
+    """What ``train`` should take on one worker by the snapshot's median wall seconds of the same method and
+    dataset, and how many jobs have no such measurement."""
+    keys = [(spec["method"], spec["dataset"]) for spec in (json.loads(flag(argv, "--spec")) for argv in train)]
+    known = [cost[key] for key in keys if key in cost]
+    return f"about {sum(known) / 3600:.1f} h on one worker for {len(known)}, {len(keys) - len(known)} of unknown cost"
+
+
 def missing(commands: list[list[str]], runs_csv: Path) -> list[list[str]]:
     """The ``fgl-train`` argvs among ``commands`` whose run JSON is not a ``target`` of ``runs_csv``
     (every one when there is no snapshot yet)."""
@@ -104,7 +112,8 @@ def export(args) -> None:
     train = missing(commands, runs_csv)
     if args.runs:
         train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"].startswith(tuple(args.runs))]
-    train = ordered(train, expected_seconds(runs_csv), args.order)
+    cost = expected_seconds(runs_csv)
+    train = ordered(train, cost, args.order)
     data = {flag(argv, "--data") for argv in train}
     prepare = [argv for argv in commands if argv[:2] == ["fgl-data", "prepare"] and flag(argv, "--out") in data]
     records = {flag(argv, "--record") for argv in prepare}
@@ -115,7 +124,8 @@ def export(args) -> None:
                         "--config", *config, "--", *partitions], cwd=REPO, check=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"download": download, "prepare": prepare, "train": train}, indent=1))
-    print(f"{len(train)} training jobs, {len(prepare)} preparations, {len(partitions)} partitions -> {args.out}")
+    print(f"{len(train)} training jobs ({queue_estimate(train, cost)}), {len(prepare)} preparations, "
+          f"{len(partitions)} partitions -> {args.out}")
 
 
 def module_argv(argv: list[str], device: str | None) -> list[str]:

@@ -75,6 +75,12 @@ def test_export_orders_training_jobs_by_their_expected_cost(tmp_path, order, exp
     assert device_queue.ordered(list(jobs.values()), cost, order) == [jobs[name] for name in expected]
 
 
+def test_export_estimates_the_queue_from_the_snapshots_costs(tmp_path):
+    jobs = [train_job(tmp_path, method, name) for name, method in [("a", "fedavg"), ("b", "fedavg"), ("c", "fedlog")]]
+    cost = {("fedavg", BASE["dataset"]): 900.0, ("fedlog", "Cora"): 5.0}
+    assert device_queue.queue_estimate(jobs, cost) == "about 0.5 h on one worker for 2, 1 of unknown cost"
+
+
 def test_export_keeps_the_training_jobs_whose_run_json_the_snapshot_lacks(tmp_path):
     done, todo = train_job(tmp_path, "fedavg", "done"), train_job(tmp_path, "fedavg", "todo")
     prepare = ["fgl-data", "prepare", "--out", "data/prepared/Cora/plain.pt"]
