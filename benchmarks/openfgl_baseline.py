@@ -114,7 +114,8 @@ def openfgl_available(python: str | None = None) -> bool:
     return subprocess.run([python, "-c", probe], check=False, capture_output=True).returncode == 0
 
 
-def _children_cpu() -> float:
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -140,12 +141,12 @@ def run_openfgl(method: str, dataset: str, clients: int, python: str | None = No
         # OpenFGL (written for torch < 2.6) torch.load()s the partition files it has just written
         # without weights_only=False, which torch >= 2.6 refuses; this restores the old default.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
-        cpu_before = _children_cpu()
+        cpu_before = children_cpu()
         start = time.perf_counter()
         proc = subprocess.run([python, "-c", DRIVER, json.dumps(cfg)], check=False, capture_output=True,
                               text=True, env=env, cwd=root)
         process_s = time.perf_counter() - start
-        process_cpu_s = _children_cpu() - cpu_before
+        process_cpu_s = children_cpu() - cpu_before
         if proc.returncode != 0:
             raise RuntimeError(f"OpenFGL run {method}/{dataset}/{clients} failed:\n{proc.stderr[-3000:]}")
         out = json.loads(result.read_text())
