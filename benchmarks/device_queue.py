@@ -60,33 +60,48 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def expected_seconds(runs_csv: Path) -> dict[tuple[str, str], float]:
-    """``(method, dataset) -> median wall seconds`` of the snapshot's runs (none without a snapshot)."""
+#: A job's cost is looked up by its run (table row) and dataset first, then by its method and dataset: one
+#: method can serve rows of very different cost (``finetune`` wraps FedAvg as much as FedGM).
+COST_KEYS = ("run", "method")
+
+
+def expected_seconds(runs_csv: Path) -> dict[str, dict[tuple[str, str], float]]:
+    """Median wall seconds of the snapshot's runs by ``(run, dataset)`` and by ``(method, dataset)``, under
+    the keys of :data:`COST_KEYS` (none without a snapshot)."""
     import pandas as pd
 
     if not runs_csv.is_file():
         return {}
     runs = pd.read_csv(runs_csv)
-    return runs.groupby(["method", "dataset"])["wall_s"].median().to_dict()
+    return {by: runs.groupby([by, "dataset"])["wall_s"].median().to_dict() for by in COST_KEYS}
 
 
-def ordered(train: list[list[str]], cost: dict[tuple[str, str], float], order: str) -> list[list[str]]:
-    """``fgl-train`` argvs by expected ``cost`` of their (method, dataset), ``longest`` or ``shortest``
-    first (a cost not known counts as longest), then by run JSON."""
+def job_seconds(argv: list[str], cost: dict[str, dict[tuple[str, str], float]]) -> float | None:
+    """The expected wall seconds of a ``fgl-train`` argv (:func:`expected_seconds`), or None if not known."""
+    spec = json.loads(flag(argv, "--spec"))
+    for by in COST_KEYS:
+        seconds = cost.get(by, {}).get((spec[by], spec["dataset"]))
+        if seconds is not None:
+            return seconds
+    return None
+
+
+def ordered(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]], order: str) -> list[list[str]]:
+    """``fgl-train`` argvs by expected cost (:func:`job_seconds`), ``longest`` or ``shortest`` first (a cost
+    not known counts as longest), then by run JSON."""
     def key(argv):
-        spec = json.loads(flag(argv, "--spec"))
-        seconds = cost.get((spec["method"], spec["dataset"]), float("inf"))
+        seconds = job_seconds(argv, cost)
+        seconds = float("inf") if seconds is None else seconds
         return (seconds if order == "shortest" else -seconds), flag(argv, "--out")
 
     return sorted(train, key=key)
 
 
-def queue_estimate(train: list[list[str]], cost: dict[tuple[str, str], float]) -> str:
-    """What ``train`` should take on one worker by the snapshot's median wall seconds of the same method and
-    dataset, and how many jobs have no such measurement."""
-    keys = [(spec["method"], spec["dataset"]) for spec in (json.loads(flag(argv, "--spec")) for argv in train)]
-    known = [cost[key] for key in keys if key in cost]
-    return f"about {sum(known) / 3600:.1f} h on one worker for {len(known)}, {len(keys) - len(known)} of unknown cost"
+def queue_estimate(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]]) -> str:
+    """What ``train`` should take on one worker by the snapshot's median wall seconds (:func:`job_seconds`),
+    and how many jobs have no such measurement."""
+    known = [seconds for seconds in (job_seconds(argv, cost) for argv in train) if seconds is not None]
+    return f"about {sum(known) / 3600:.1f} h on one worker for {len(known)}, {len(train) - len(known)} of unknown cost"
 
 
 def missing(commands: list[list[str]], runs_csv: Path) -> list[list[str]]:

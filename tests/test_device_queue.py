@@ -71,13 +71,25 @@ def test_only_the_gpu_runs_are_sent_to_cuda(cli_inputs, tmp_path, monkeypatch):
 def test_export_orders_training_jobs_by_their_expected_cost(tmp_path, order, expected):
     jobs = {name: train_job(tmp_path, method, name) for name, method in
             [("fast", "fedavg"), ("unknown", "fedlog"), ("slow", "fedsage_plus")]}
-    cost = {("fedavg", BASE["dataset"]): 5.0, ("fedsage_plus", BASE["dataset"]): 100.0}
+    cost = {"method": {("fedavg", BASE["dataset"]): 5.0, ("fedsage_plus", BASE["dataset"]): 100.0}}
     assert device_queue.ordered(list(jobs.values()), cost, order) == [jobs[name] for name in expected]
+
+
+def test_a_jobs_cost_is_that_of_its_row_before_that_of_its_method(tmp_path):
+    """FedGM+ft and FedAvg+ft are both method ``finetune``: the row's own cost decides."""
+    job = train_job(tmp_path, "finetune", "x")
+    spec = json.loads(device_queue.flag(job, "--spec"))
+    assert spec["run"] == "finetune"
+    job[job.index("--spec") + 1] = json.dumps({**spec, "run": "fedgm_ft"})
+    by_method = {"method": {("finetune", BASE["dataset"]): 30.0}}
+    assert device_queue.job_seconds(job, by_method) == 30.0
+    assert device_queue.job_seconds(job, {**by_method, "run": {("fedgm_ft", BASE["dataset"]): 600.0}}) == 600.0
+    assert device_queue.job_seconds(job, {"run": {("fedgm_ft", "Cora"): 600.0}}) is None
 
 
 def test_export_estimates_the_queue_from_the_snapshots_costs(tmp_path):
     jobs = [train_job(tmp_path, method, name) for name, method in [("a", "fedavg"), ("b", "fedavg"), ("c", "fedlog")]]
-    cost = {("fedavg", BASE["dataset"]): 900.0, ("fedlog", "Cora"): 5.0}
+    cost = {"method": {("fedavg", BASE["dataset"]): 900.0, ("fedlog", "Cora"): 5.0}}
     assert device_queue.queue_estimate(jobs, cost) == "about 0.5 h on one worker for 2, 1 of unknown cost"
 
 
