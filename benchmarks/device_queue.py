@@ -60,8 +60,9 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-#: A job's cost is looked up by its run (table row) and dataset first, then by its method and dataset: one
-#: method can serve rows of very different cost (``finetune`` wraps FedAvg as much as FedGM).
+#: A job's cost is looked up by its run (table row) and dataset, or, for a row the snapshot has on no dataset,
+#: by its method and dataset: one method can serve rows of very different cost (``finetune`` wraps FedAvg as
+#: much as FedGM).
 COST_KEYS = ("run", "method")
 
 
@@ -77,13 +78,13 @@ def expected_seconds(runs_csv: Path) -> dict[str, dict[tuple[str, str], float]]:
 
 
 def job_seconds(argv: list[str], cost: dict[str, dict[tuple[str, str], float]]) -> float | None:
-    """The expected wall seconds of a ``fgl-train`` argv (:func:`expected_seconds`), or None if not known."""
+    """The expected wall seconds of a ``fgl-train`` argv (:func:`expected_seconds`, :data:`COST_KEYS`), or
+    None if not known."""
     spec = json.loads(flag(argv, "--spec"))
-    for by in COST_KEYS:
-        seconds = cost.get(by, {}).get((spec[by], spec["dataset"]))
-        if seconds is not None:
-            return seconds
-    return None
+    by_run = cost.get("run", {})
+    if any(run == spec["run"] for run, _ in by_run):
+        return by_run.get((spec["run"], spec["dataset"]))
+    return cost.get("method", {}).get((spec["method"], spec["dataset"]))
 
 
 def ordered(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]], order: str) -> list[list[str]]:

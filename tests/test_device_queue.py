@@ -76,7 +76,8 @@ def test_export_orders_training_jobs_by_their_expected_cost(tmp_path, order, exp
 
 
 def test_a_jobs_cost_is_that_of_its_row_before_that_of_its_method(tmp_path):
-    """FedGM+ft and FedAvg+ft are both method ``finetune``: the row's own cost decides."""
+    """FedGM+ft and FedAvg+ft are both method ``finetune``: the row's own cost decides, and a row measured on
+    other datasets only has no cost here (not its method's)."""
     job = train_job(tmp_path, "finetune", "x")
     spec = json.loads(device_queue.flag(job, "--spec"))
     assert spec["run"] == "finetune"
@@ -84,7 +85,7 @@ def test_a_jobs_cost_is_that_of_its_row_before_that_of_its_method(tmp_path):
     by_method = {"method": {("finetune", BASE["dataset"]): 30.0}}
     assert device_queue.job_seconds(job, by_method) == 30.0
     assert device_queue.job_seconds(job, {**by_method, "run": {("fedgm_ft", BASE["dataset"]): 600.0}}) == 600.0
-    assert device_queue.job_seconds(job, {"run": {("fedgm_ft", "Cora"): 600.0}}) is None
+    assert device_queue.job_seconds(job, {**by_method, "run": {("fedgm_ft", "Cora"): 600.0}}) is None
 
 
 def test_export_estimates_the_queue_from_the_snapshots_costs(tmp_path):
