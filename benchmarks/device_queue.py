@@ -25,7 +25,9 @@ that are there rather than from every run of the studies: per study, the workflo
 on the run JSONs present under ``results/runs/`` (on the datasets they cover), then ``fgl-report snapshot --merge``
 (each run replaces the snapshot's run of the same study, run, dataset, clients and seed) and ``fgl-report
 coverage``, with the claims, reported values, study files and notes of the snapshot's own checkout. The
-snapshot's partition statistics tables stay as they are (the workflow's ``snapshot`` rule writes them).
+snapshot's partition statistics tables stay as they are (the workflow's ``snapshot`` rule writes them). The
+report code is this tree's: when folding into a newer checkout's snapshot, render it again there
+(``fgl-report snapshot --rerender``) if that checkout's report code differs.
 """
 
 from __future__ import annotations
