@@ -216,9 +216,15 @@ def run(args) -> None:
           f"({args.workers} workers, {gpu_workers} of them on CUDA)")
 
 
+def split_aggregate(aggregate: list[str]) -> tuple[list[str], list[str]]:
+    """A ``fgl-aggregate`` argv's command with its options, and its run JSONs (the arguments after them)."""
+    cut = aggregate.index("--out-curves") + 2
+    return aggregate[:cut], aggregate[cut:]
+
+
 def present_runs(aggregate: list[str], root: Path = REPO) -> list[str]:
-    """The run JSONs of a ``fgl-aggregate`` argv (the arguments after its options) that exist under ``root``."""
-    return [path for path in aggregate[aggregate.index("--out-curves") + 2:] if (root / path).is_file()]
+    """The run JSONs of a ``fgl-aggregate`` argv that exist under ``root``."""
+    return [path for path in split_aggregate(aggregate)[1] if (root / path).is_file()]
 
 
 def run_dataset(path: str) -> str:
@@ -239,7 +245,7 @@ def fold_commands(dry_runs: list[list[list[str]]], snapshot: Path, allow_dirty: 
         (report,) = [argv for argv in commands if argv[:2] == ["fgl-report", "snapshot"]]
         if runs := present_runs(aggregate, root):
             study = json.loads(flag(aggregate, "--meta"))["study"]
-            aggregates.append(aggregate[:aggregate.index("--out-curves") + 2] + runs)
+            aggregates.append(split_aggregate(aggregate)[0] + runs)
             metas[study] = json.loads(flag(report, "--meta"))[study]
     if not aggregates:
         return []
@@ -269,7 +275,7 @@ def fold(args) -> None:
         sys.exit("nothing to fold")
     for argv in commands:
         if argv[0] == "fgl-aggregate":
-            print(f"{len(present_runs(argv))} runs of {json.loads(flag(argv, '--meta'))['study']}", flush=True)
+            print(f"{len(split_aggregate(argv)[1])} runs of {json.loads(flag(argv, '--meta'))['study']}", flush=True)
         subprocess.run(module_argv(argv, None), cwd=REPO, check=True, env=source_env())
 
 
