@@ -10,6 +10,7 @@ from helpers import all_clients, make_method, received_models
 
 from fglrepro.components.generator import Teachers, knn_pseudo_graph
 from fglrepro.config import ConfigError, EvalConfig, from_dict
+from fglrepro.fl.clients import normalized_adjacency
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.methods.coboost import project_to_simplex
@@ -63,18 +64,18 @@ def test_dense_ensemble_is_the_mean_of_the_teachers_logits(sbm):
 @pytest.mark.parametrize("name", ["dense", "coboost"])
 def test_distillation_moves_the_student_towards_the_ensemble(sbm, name):
     method = make_method(sbm, name, {"distill_epochs": 30, "num_pseudo_nodes": 40}, rounds=1)
+    """Distilled on generated nodes only, the student comes closer to the ensemble on the real graph."""
     uploads, teachers = trained_teachers(method)
-    nodes = torch.randn(40, sbm.num_features, generator=torch.Generator().manual_seed(1))
-    adj = knn_pseudo_graph(nodes, 5)
-    target = method.ensemble(Teachers(teachers), nodes, adj).detach()
-    fresh = copy.deepcopy(method.federation.model)  # the student before distillation
-    before = kl_divergence(target, fresh(nodes, adj))
+    adj = normalized_adjacency(sbm.edge_index, sbm.num_nodes)
+    target = method.ensemble(Teachers(teachers), sbm.x, adj).detach()
+    fresh = copy.deepcopy(method.federation.model).eval()  # the student before distillation
+    before = kl_divergence(target, fresh(sbm.x, adj))
     method.server_update(1, uploads)
     student = method.states[0].received
     assert all(model is student for model in received_models(method))  # one global student
     assert method.server_models() == [student]
-    after = kl_divergence(target, student(nodes, adj))
-    assert after < before
+    after = kl_divergence(target, student.eval()(sbm.x, adj))
+    assert after < 0.7 * before
 
 
 def test_personal_students_start_from_each_clients_own_upload(sbm):
@@ -170,3 +171,37 @@ def test_a_student_whose_distillation_loss_is_not_finite_stops_the_run_there():
     before = [p.detach().clone() for p in students[0].parameters()]
     distill_students(students, optimizers, epochs=2, steps=0, student_loss=loss, **batches)  # no step: no check
     assert all(torch.equal(a, b) for a, b in zip(before, students[0].parameters()))
+
+
+def test_clipped_student_steps_move_at_most_lr_times_the_clip_norm():
+    """``clip_norm``: each SGD step of a student moves its parameters by lr times its gradient
+    rescaled to that L2 norm; a norm above every gradient's leaves the steps as unclipped."""
+    from fglrepro.components.generator import distill_students
+    from fglrepro.fl.kernel_optimizer import KernelOptimizer
+
+    class Student(torch.nn.Linear):
+        def forward(self, x, adj):
+            return super().forward(x)
+
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0)) * 100  # large inputs: large gradients
+    batches = {"draw_batch": lambda: (x, None), "targets": lambda x, adj: torch.zeros(8, 3)}
+
+    def trained(clip_norm):
+        torch.manual_seed(0)
+        student = Student(4, 3)
+        start = torch.cat([p.detach().flatten() for p in student.parameters()])
+        optimizer = KernelOptimizer(student.parameters(), lr=0.1, momentum=0.0)
+        distill_students([student], [optimizer], epochs=1, steps=1, clip_norm=clip_norm,
+                         student_loss=lambda logits, target: (logits - target).square().mean(), **batches)
+        return torch.cat([p.detach().flatten() for p in student.parameters()]) - start
+
+    unclipped = trained(0.0)
+    assert unclipped.norm() > 0.1 * 5.0  # the clip below binds
+    assert torch.allclose(trained(5.0).norm(), torch.tensor(0.1 * 5.0), rtol=1e-5)
+    assert torch.allclose(trained(5.0), unclipped * (0.5 / unclipped.norm()), rtol=1e-4, atol=1e-6)
+    assert torch.equal(trained(1e9), unclipped)
+
+
+def test_negative_student_clip_is_refused_with_its_key():
+    with pytest.raises(ConfigError, match="hparams.student_clip"):
+        from_dict(DENSEHparams, {"student_clip": -1.0}, "hparams of dense")

@@ -241,13 +241,14 @@ def uploaded_teachers(method: FederatedMethod, uploads: dict[int, Upload], train
 def distill_students(
     students: list[nn.Module], optimizers: list[KernelOptimizer], epochs: int, steps: int,
     draw_batch: Callable[[], tuple[Tensor, Tensor]], targets: Callable[[Tensor, Tensor], Tensor],
-    student_loss: Callable[[Tensor, Tensor], Tensor],
+    student_loss: Callable[[Tensor, Tensor], Tensor], clip_norm: float = 0.0,
 ) -> None:
     """The loop of data-free distillation, in place: each of ``epochs`` draws a batch, the
     graph ``(x [B, F], adj [B, B])`` returned by ``draw_batch`` (which runs the epoch's
     generator steps), takes the teachers' ``targets(x, adj)`` without gradient, then gives
     every student ``steps`` optimiser steps on ``student_loss(student(x, adj), targets)``
-    in training mode. A student whose last loss of an epoch is not finite raises
+    in training mode, each gradient clipped to L2 norm ``clip_norm`` if it is positive
+    (:func:`torch.nn.utils.clip_grad_norm_`). A student whose last loss of an epoch is not finite raises
     :class:`~fglrepro.fl.training.Diverged` naming the student and the epoch (otherwise the run
     would go on with NaN weights and fail later, where the cause is not visible)."""
     for epoch in range(epochs):
@@ -261,6 +262,8 @@ def distill_students(
                 optimizer.zero_grad(set_to_none=True)
                 loss = student_loss(student(x, adj), target)
                 loss.backward()
+                if clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(student.parameters(), clip_norm)
                 optimizer.step()
             if loss is not None and not torch.isfinite(loss.detach()):
                 raise Diverged(f"server distillation: student {index}'s loss became {loss.item()} in "
