@@ -63,8 +63,8 @@ def test_dense_ensemble_is_the_mean_of_the_teachers_logits(sbm):
 
 @pytest.mark.parametrize("name", ["dense", "coboost"])
 def test_distillation_moves_the_student_towards_the_ensemble(sbm, name):
-    method = make_method(sbm, name, {"distill_epochs": 30, "num_pseudo_nodes": 40}, rounds=1)
     """Distilled on generated nodes only, the student comes closer to the ensemble on the real graph."""
+    method = make_method(sbm, name, {"distill_epochs": 30, "num_pseudo_nodes": 40}, rounds=1)
     uploads, teachers = trained_teachers(method)
     adj = normalized_adjacency(sbm.edge_index, sbm.num_nodes)
     target = method.ensemble(Teachers(teachers), sbm.x, adj).detach()
@@ -205,3 +205,15 @@ def test_clipped_student_steps_move_at_most_lr_times_the_clip_norm():
 def test_negative_student_clip_is_refused_with_its_key():
     with pytest.raises(ConfigError, match="hparams.student_clip"):
         from_dict(DENSEHparams, {"student_clip": -1.0}, "hparams of dense")
+
+
+@pytest.mark.parametrize("name", ["dense", "coboost"])
+def test_a_clip_above_every_gradient_distils_as_no_clip(sbm, name):
+    def distilled(clip):
+        method = make_method(sbm, name, {"distill_epochs": 3, "num_pseudo_nodes": 40, "student_clip": clip}, rounds=1)
+        method.server_update(1, all_clients(method, 1))
+        return [p.detach() for p in method.server_models()[0].parameters()]
+
+    unclipped = distilled(0.0)
+    assert all(torch.equal(a, b) for a, b in zip(unclipped, distilled(1e9)))
+    assert not all(torch.equal(a, b) for a, b in zip(unclipped, distilled(1e-3)))  # a clip that binds
