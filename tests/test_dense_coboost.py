@@ -8,13 +8,22 @@ import pytest
 import torch
 from helpers import all_clients, make_method, received_models
 
-from fglrepro.components.generator import Teachers, knn_pseudo_graph
+from fglrepro.components.generator import Teachers, distill_students, knn_pseudo_graph
 from fglrepro.config import ConfigError, EvalConfig, from_dict
 from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.loop import run_federation
 from fglrepro.fl.losses import kl_divergence
+from fglrepro.fl.training import Diverged
 from fglrepro.methods.coboost import project_to_simplex
 from fglrepro.methods.dense import DENSEHparams, boundary_adversarial_loss
+
+
+class LinearStudent(torch.nn.Linear):
+    """A student of the distillation loop that ignores the graph: ``(x [B, F], adj) -> x W^T + b``."""
+
+    def forward(self, x, adj):
+        return super().forward(x)
 
 
 def trained_teachers(method):
@@ -148,15 +157,7 @@ def test_bad_hparams_name_the_key():
 def test_a_student_whose_distillation_loss_is_not_finite_stops_the_run_there():
     """Data-free distillation that blows up (a student's logits reach inf) raises Diverged in the
     server step, naming the student and the epoch, instead of handing NaN weights to the clients."""
-    from fglrepro.components.generator import distill_students
-    from fglrepro.fl.kernel_optimizer import KernelOptimizer
-    from fglrepro.fl.training import Diverged
-
-    class Student(torch.nn.Linear):
-        def forward(self, x, adj):
-            return super().forward(x)
-
-    students = [Student(4, 3), Student(4, 3)]
+    students = [LinearStudent(4, 3), LinearStudent(4, 3)]
     optimizers = [KernelOptimizer(s.parameters(), lr=0.1) for s in students]
     calls = []
 
@@ -176,29 +177,22 @@ def test_a_student_whose_distillation_loss_is_not_finite_stops_the_run_there():
 def test_clipped_student_steps_move_at_most_lr_times_the_clip_norm():
     """``clip_norm``: each SGD step of a student moves its parameters by lr times its gradient
     rescaled to that L2 norm; a norm above every gradient's leaves the steps as unclipped."""
-    from fglrepro.components.generator import distill_students
-    from fglrepro.fl.kernel_optimizer import KernelOptimizer
-
-    class Student(torch.nn.Linear):
-        def forward(self, x, adj):
-            return super().forward(x)
-
     x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0)) * 100  # large inputs: large gradients
     batches = {"draw_batch": lambda: (x, None), "targets": lambda x, adj: torch.zeros(8, 3)}
 
     def trained(clip_norm):
         torch.manual_seed(0)
-        student = Student(4, 3)
+        student = LinearStudent(4, 3)
         start = torch.cat([p.detach().flatten() for p in student.parameters()])
         optimizer = KernelOptimizer(student.parameters(), lr=0.1, momentum=0.0)
         distill_students([student], [optimizer], epochs=1, steps=1, clip_norm=clip_norm,
                          student_loss=lambda logits, target: (logits - target).square().mean(), **batches)
         return torch.cat([p.detach().flatten() for p in student.parameters()]) - start
 
-    unclipped = trained(0.0)
+    unclipped, clipped = trained(0.0), trained(5.0)
     assert unclipped.norm() > 0.1 * 5.0  # the clip below binds
-    assert torch.allclose(trained(5.0).norm(), torch.tensor(0.1 * 5.0), rtol=1e-5)
-    assert torch.allclose(trained(5.0), unclipped * (0.5 / unclipped.norm()), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(clipped.norm(), torch.tensor(0.1 * 5.0), rtol=1e-5)
+    assert torch.allclose(clipped, unclipped * (0.5 / unclipped.norm()), rtol=1e-4, atol=1e-6)
     assert torch.equal(trained(1e9), unclipped)
 
 
