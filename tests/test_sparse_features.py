@@ -100,6 +100,40 @@ def test_every_architecture_gives_the_dense_outputs_and_gradients_with_sparse_pr
     assert torch.allclose(eval_logits, model(x, adj), atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["sage", "gin"])
+@pytest.mark.parametrize("hidden", [16, 80])
+def test_sage_and_gin_aggregate_dense_features_after_a_narrowing_first_map(arch, hidden, monkeypatch):
+    """Dense features (30 % non-zero, a gradient-requiring copy too): with the fast kernels the first
+    layer's messages are ``hidden`` wide where that is narrower than the 60 features, else PyG's ``F``
+    wide; outputs and gradients as without them."""
+    x, adj = bag_of_words(density=0.3), random_operator()
+    assert sparse_rows(x) is None
+    torch.manual_seed(0)
+    model = build_model(from_dict(ModelConfig, {"arch": arch, "hidden": hidden}, "model"), 60, 4).train()
+    widths = []
+    propagate = type(model.convs[0]).propagate
+
+    def recorded(conv, edge_index, **kwargs):
+        widths.append(kwargs["x"][0].size(-1))
+        return propagate(conv, edge_index, **kwargs)
+
+    monkeypatch.setattr(type(model.convs[0]), "propagate", recorded)
+    hidden_out, logits, grads = forward_and_gradients(model, x, adj)
+    assert widths[0] == 60
+    widths.clear()
+    with fast_kernels():
+        fast_hidden, fast_logits, fast_grads = forward_and_gradients(model, x, adj)
+        model.eval()
+        leaf = x.clone().requires_grad_()
+        model(leaf, adj).square().sum().backward()
+    assert widths[0] == min(hidden, 60)
+    assert torch.allclose(fast_logits, logits, atol=1e-5) and torch.allclose(fast_hidden, hidden_out, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(fast_grads, grads))
+    dense_leaf = x.clone().requires_grad_()
+    model(dense_leaf, adj).square().sum().backward()
+    assert torch.allclose(leaf.grad, dense_leaf.grad, atol=1e-5)
+
+
 def test_sgc_returning_its_propagated_features_computes_them(sparse_products):
     x, adj = bag_of_words(), random_operator()
     model = build_model(ModelConfig(arch="sgc", hops=2), 60, 4)

@@ -14,13 +14,14 @@ graph, :class:`WeightedEdges`, in place of ``adj``.
 Fast kernels (:func:`set_fast_kernels`, off by default; ``fgl-train`` turns them on unless
 ``train.engine`` is ``sequential``): every architecture's first layer multiplies sparse
 bag-of-words features (:func:`sparse_rows`: density below :data:`SPARSE_BELOW`, no gradient)
-by its weight as a sparse product (:func:`feature_linear`), SGC / S²GC keep the propagated
-features of an unchanged input (:func:`propagated`), and local optimisers take torch's fused
-kernel (:func:`fglrepro.fl.training.make_optimizer`). Features stay dense tensors for the
-methods; the sparse form is built once per tensor and kept while it lives unmodified. Off,
-every model computes exactly the dense operations it always did. Fast dropout
-(:func:`set_fast_dropout`, also on unless ``sequential``) draws the masks of :func:`dropout`
-with :func:`bernoulli_mask`: the same distribution from other random numbers.
+by its weight as a sparse product (:func:`feature_linear`), GraphSAGE and GIN aggregate their
+first layer after its linear map where that is narrower (:meth:`PyGNet.projects_first`), SGC /
+S²GC keep the propagated features of an unchanged input (:func:`propagated`), and local
+optimisers take torch's fused kernel (:func:`fglrepro.fl.training.make_optimizer`). Features
+stay dense tensors for the methods; the sparse form is built once per tensor and kept while it
+lives unmodified. Off, every model computes exactly the dense operations it always did. Fast
+dropout (:func:`set_fast_dropout`, also on unless ``sequential``) draws the masks of
+:func:`dropout` with :func:`bernoulli_mask`: the same distribution from other random numbers.
 """
 
 from __future__ import annotations
@@ -402,6 +403,7 @@ class PyGNet(ConvStack):
                               for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
         super().__init__(convs, hidden, out_channels, dropout, readout)
         self.arch = arch
+        self.first_narrows = widths[1] < widths[0]
 
     @property
     def takes_edge_weights(self) -> bool:
@@ -415,19 +417,29 @@ class PyGNet(ConvStack):
             return adj
         return edge_index_of(adj)
 
+    def projects_first(self, i: int, x: Tensor) -> bool:
+        """Whether convolution ``i`` (GraphSAGE, GIN) applies its first linear map before
+        aggregating (:meth:`convolve`): the first layer with the fast kernels on, on sparse
+        features (:func:`sparse_rows`: a sparse product) or on dense ones it narrows
+        (``out < F``: PyG would gather an ``[E, F]`` message per edge, this an ``[E, out]`` one)."""
+        if i > 0 or self.arch == "gat" or not _fast_kernels:
+            return False
+        return self.first_narrows or sparse_rows(x) is not None
+
     def convolve(self, i: int, x: Tensor, graph: Tensor | WeightedEdges) -> Tensor:
-        r"""Convolution ``i``; on sparse features (:func:`sparse_rows`) GraphSAGE and GIN apply
-        their first linear map before aggregating, at width ``out`` instead of ``F``: the
-        mean and the sum over neighbours commute with it,
+        r"""Convolution ``i``; where :meth:`projects_first`, GraphSAGE and GIN apply their first
+        linear map before aggregating, at width ``out`` instead of ``F``: the mean and the sum
+        over neighbours commute with it,
 
         .. math:: \mathrm{SAGE}: \ \mathrm{mean}_j(x_j W_l^\top) + b_l + x W_r^\top, \qquad
                   \mathrm{GIN}: \ \mathrm{MLP}_{>1}\big(\textstyle\sum_j x_j W^\top + (1+\epsilon) x W^\top + b\big),
 
-        with PyG's own aggregation (``conv.propagate``) and parameters."""
+        with PyG's own aggregation (``conv.propagate``) and parameters: the same values up to
+        float rounding."""
         conv = self.convs[i]
         if isinstance(graph, WeightedEdges):
             return conv(x, graph.edge_index, edge_attr=graph.weight.log())
-        if i > 0 or self.arch == "gat" or sparse_rows(x) is None:
+        if not self.projects_first(i, x):
             return conv(x, graph)
         if self.arch == "sage":
             neighbours = feature_linear(x, conv.lin_l.weight)
