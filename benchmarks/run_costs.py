@@ -1,14 +1,16 @@
-"""Per-method cost of the training jobs a workflow run made, from Snakemake's benchmark TSVs or the run JSONs.
+"""Per-method cost of the training jobs a workflow run made, from the run JSONs or Snakemake's benchmark TSVs.
 
-``--source benchmarks`` (default): every training job the workflow ran has
-``results/benchmarks/train/<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.tsv`` (wall seconds ``s``,
-``cpu_time`` seconds, ``max_rss`` MB). Snakemake samples a job's CPU time now and then, so short jobs
-read low. ``--source runs``: the run JSONs ``results/runs/<study>/...`` themselves, written by every
+``--source runs`` (default): the run JSONs ``results/runs/<study>/...`` themselves, written by every
 ``fgl-train`` however it was started (also ``benchmarks/device_queue.py run``): ``wall_s`` and ``cpu_s``
-of the federation (data loading and imports not included; exact, not sampled) and the process's peak
-RSS ``peak_memory_mb`` (CUDA: peak allocated memory). This sums them per study and run (method row) and
-writes a Markdown table: jobs, total and median CPU seconds, median wall seconds, peak RSS. Wall times
-include waiting for the CPU when jobs share cores; CPU time does not.
+of the federation (data loading and imports, about 1.7 CPU s, not included; exact, not sampled) and
+the process's peak RSS ``peak_memory_mb`` (CUDA: peak allocated memory). ``--source benchmarks``: the
+``results/benchmarks/train/<study>/<run>/<dataset>/<scheme>/k<K>/seed<S>.tsv`` of every training job
+the workflow ran (wall seconds ``s``, ``cpu_time`` seconds, ``max_rss`` MB). Their CPU time is a lower
+bound for jobs of more than 15 s: Snakemake (9.27) samples a job's processes every 0.5 s for its first
+30 samples, then every 30 s, and the CPU after the last sample is lost (a process burning 40 CPU s
+reads 15.1 s). This sums the costs per study and run (method row) and writes a Markdown table: jobs,
+total and median CPU seconds, median wall seconds, peak RSS. Wall times include waiting for the CPU
+when jobs share cores; CPU time does not.
 
     python benchmarks/run_costs.py --results results --out benchmarks/RUN_COSTS.md fedgkd_table1 fedtad_table2
 
@@ -40,12 +42,12 @@ def run_cost(path: Path) -> dict | None:
 
 
 #: ``--source``: (folder under the results, file ending, reader) of each job's costs
-SOURCES = {"benchmarks": ("benchmarks/train", "tsv", benchmark_cost), "runs": ("runs", "json", run_cost)}
+SOURCES = {"runs": ("runs", "json", run_cost), "benchmarks": ("benchmarks/train", "tsv", benchmark_cost)}
 
 
-def job_costs(results: Path, study: str, source: str = "benchmarks") -> pd.DataFrame:
+def job_costs(results: Path, study: str, source: str = "runs") -> pd.DataFrame:
     """One row per training job of ``study``: run, dataset, clients, seed, wall_s, cpu_s, rss_mb
-    (``source``: Snakemake's benchmark TSVs or the run JSONs; a run JSON without timings is skipped)."""
+    (``source``: the run JSONs, a run JSON without timings skipped, or Snakemake's benchmark TSVs)."""
     subdir, ending, read = SOURCES[source]
     folder = results / subdir / study
     rows = []
@@ -73,8 +75,8 @@ def main() -> None:
     parser.add_argument("--results", default="results", type=Path)
     parser.add_argument("--out", type=Path, help="Markdown file (default: print)")
     parser.add_argument("--by-dataset", action="store_true", help="one row per run and dataset")
-    parser.add_argument("--source", choices=tuple(SOURCES), default="benchmarks",
-                        help="Snakemake's benchmark TSVs (sampled CPU) or the run JSONs' own timers")
+    parser.add_argument("--source", choices=tuple(SOURCES), default="runs",
+                        help="the run JSONs' own timers or Snakemake's benchmark TSVs (sampled: low past 15 s)")
     args = parser.parse_args()
     lines = [f"Machine: {platform.processor() or platform.machine()}, {platform.node()}", ""]
     for study in args.studies:

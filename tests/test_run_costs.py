@@ -1,4 +1,4 @@
-"""benchmarks/run_costs.py: per-method costs from Snakemake's benchmark TSVs or from the run JSONs."""
+"""benchmarks/run_costs.py: per-method costs from the run JSONs (default) or from Snakemake's benchmark TSVs."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def results(tmp_path):
 
 
 def test_run_jsons_give_each_timed_run_with_its_grid_point_folded_into_the_run(results):
-    jobs = run_costs.job_costs(results, "study", source="runs").sort_values(["run", "seed"])
+    jobs = run_costs.job_costs(results, "study").sort_values(["run", "seed"])
     assert jobs[["run", "dataset", "clients", "seed"]].values.tolist() == [
         ["fedavg", "Cora", 10, 0], ["fedavg", "Cora", 10, 1], ["fedgkd", "CiteSeer", 20, 2]]
     assert jobs.cpu_s.tolist() == [4.0, 5.0, 25.0]
@@ -48,7 +48,7 @@ def test_run_jsons_give_each_timed_run_with_its_grid_point_folded_into_the_run(r
 
 
 def test_benchmark_files_and_run_jsons_are_separate_sources(results):
-    bench = run_costs.job_costs(results, "study")
+    bench = run_costs.job_costs(results, "study", source="benchmarks")
     assert bench[["run", "seed", "wall_s", "cpu_s", "rss_mb"]].values.tolist() == [["fedavg", 0, 9.0, 2.5, 400.0]]
     summary = run_costs.summary(run_costs.job_costs(results, "study", source="runs"), ["run"])
     assert summary.loc["fedavg", "jobs"] == 2
@@ -60,7 +60,7 @@ def test_benchmark_files_and_run_jsons_are_separate_sources(results):
 def test_the_cli_writes_one_table_per_study_and_names_what_it_lacks(results, tmp_path, monkeypatch, capsys):
     out = tmp_path / "costs.md"
     monkeypatch.setattr(sys, "argv", ["run_costs.py", "study", "absent", "--results", str(results),
-                                      "--source", "runs", "--by-dataset", "--out", str(out)])
+                                      "--by-dataset", "--out", str(out)])
     run_costs.main()
     text = out.read_text()
     assert "3 jobs, seeds [0, 1, 2], CPU time 0.6 min in all" in text
