@@ -17,7 +17,6 @@ from fglrepro.fl.engine import (
     BatchedEvaluator,
     ClientBatch,
     VectorisedEngine,
-    is_symmetric,
 )
 from fglrepro.fl.evaluation import evaluate_each
 from fglrepro.fl.loop import run_federation
@@ -25,6 +24,7 @@ from fglrepro.fl.method import Federation, RunSetup, vectorised_obstacle
 from fglrepro.methods import build_method, check_method, resolve_method
 from fglrepro.models import bernoulli_mask, build_model
 from fglrepro.partition.build import PartitionSpec, build_partition
+from fglrepro.sparse import is_symmetric
 
 SPEC = PartitionSpec("louvain", "stratified", 0.2, 0.4)
 

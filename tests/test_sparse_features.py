@@ -236,6 +236,28 @@ def test_a_round_of_fedgkc_on_the_divergent_zoo_trains_the_same_with_sparse_prod
     assert all(torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(fast, dense))  # parameters ~0.1
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_propagation_over_a_symmetric_operator_skips_the_transposition_with_the_same_gradient(symmetric, monkeypatch):
+    """With the fast kernels a symmetric CSR operator passes ``A G`` as the gradient (checked once per
+    operator), bit for bit autograd's ``A^T G``; a directed one keeps autograd's product."""
+    adj = random_operator()
+    if not symmetric:
+        adj = (adj.to_dense() * torch.linspace(0.5, 1.5, 40)).to_sparse_csr()  # rows rescaled: A != A^T
+    applied, checks, apply, check = [], [], sparse._SymmetricPropagation.apply, models.is_symmetric
+    monkeypatch.setattr(sparse._SymmetricPropagation, "apply", lambda *a: applied.append(1) or apply(*a))
+    monkeypatch.setattr(models, "is_symmetric", lambda a: checks.append(1) or check(a))
+    h = torch.randn(40, 8, requires_grad=True)
+    upstream = torch.randn(40, 8)
+    (expected,) = torch.autograd.grad(models.propagate_once(adj, h), h, upstream)
+    assert not applied and not checks
+    with fast_kernels():
+        for _ in range(2):
+            (fast,) = torch.autograd.grad(models.propagate_once(adj, h), h, upstream)
+            assert torch.equal(fast, expected)
+    assert len(applied) == (2 if symmetric else 0) and len(checks) == 1
+    torch.testing.assert_close(expected, adj.to_dense().t() @ upstream)
+
+
 @pytest.mark.parametrize("width", [40, 4000])
 def test_the_weight_gradient_of_binary_features_is_the_csr_product_bit_for_bit(width):
     """0/1 features take the embedding-bag path for ``X^T G``: the CSR product's exact values, with

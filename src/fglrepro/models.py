@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError, ModelConfig
-from fglrepro.sparse import SparseRows, sparse_matmul
+from fglrepro.sparse import SparseRows, is_symmetric, sparse_matmul, symmetric_propagation
 
 #: Features whose share of non-zero entries is below this are multiplied as sparse rows (the
 #: vectorised engine's threshold, :meth:`fglrepro.fl.engine.ClientBatch.of`).
@@ -239,8 +239,21 @@ class GCNLayer(nn.Module):
 
 
 def propagate_once(adj: Tensor, h: Tensor) -> Tensor:
-    """``adj @ h`` for a sparse CSR or dense (differentiable) operator ``adj [n, n]``, ``h [n, d]``."""
-    return torch.sparse.mm(adj, h) if adj.layout == torch.sparse_csr else adj @ h
+    """``adj @ h`` for a sparse CSR or dense (differentiable) operator ``adj [n, n]``, ``h [n, d]``.
+    With the fast kernels on, a symmetric CSR ``adj`` (checked once per tensor) passes the
+    gradient as ``adj @ G`` (:func:`~fglrepro.sparse.symmetric_propagation`) instead of
+    transposing itself in every backward pass: the transposed arrays are its own, so the
+    values are the same bit for bit."""
+    if adj.layout != torch.sparse_csr:
+        return adj @ h
+    if _fast_kernels and h.requires_grad and not adj.requires_grad and symmetric(adj):
+        return symmetric_propagation(adj, h)
+    return torch.sparse.mm(adj, h)
+
+
+def symmetric(adj: Tensor) -> bool:
+    """:func:`~fglrepro.sparse.is_symmetric` of the sparse CSR ``adj``, kept while it lives unmodified."""
+    return _MEMO.get(("symmetric",), (adj,), lambda: is_symmetric(adj))
 
 
 class ConvStack(nn.Module):

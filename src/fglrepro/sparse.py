@@ -10,6 +10,9 @@ per-sample weights), and the weight gradient one CSR product with ``X^T``
 (:class:`FeatureTranspose`, built once per pattern). The model zoo uses it per client
 (:func:`fglrepro.models.feature_linear`), the vectorised engine for all clients at once (their
 features side by side as one ``[N, m * F]`` matrix).
+
+Propagation over a symmetric sparse CSR operator ``A`` (:func:`symmetric_propagation`) passes the
+gradient ``A^T G`` as ``A G``: autograd would build the transposed CSR in every backward pass.
 """
 
 from __future__ import annotations
@@ -145,3 +148,31 @@ def sparse_matmul(rows: SparseRows, weight: Tensor) -> Tensor:
     """``X W``: ``rows`` of ``X [n, D]``, ``weight [D, H]`` (contiguous) -> ``[n, H]``; the
     gradient flows to ``weight`` only."""
     return _SparseMatmul.apply(weight, rows)
+
+
+class _SymmetricPropagation(torch.autograd.Function):
+    """``A H`` for a symmetric sparse CSR ``A``: the gradient ``A^T G`` is ``A G``, which
+    spares autograd's transposition of the CSR matrix in every backward pass."""
+
+    @staticmethod
+    def forward(ctx, adj: Tensor, h: Tensor) -> Tensor:
+        ctx.adj = adj
+        return torch.sparse.mm(adj, h)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return None, torch.sparse.mm(ctx.adj, grad)
+
+
+def symmetric_propagation(adj: Tensor, h: Tensor) -> Tensor:
+    """``adj @ h`` for a symmetric sparse CSR ``adj [N, N]`` and ``h [N, D]`` (gradient to ``h``
+    only, without transposing ``adj``)."""
+    return _SymmetricPropagation.apply(adj, h)
+
+
+def is_symmetric(adj: Tensor) -> bool:
+    """Whether the sparse CSR ``adj`` equals its transpose exactly (the same CSR arrays)."""
+    transposed = adj.to_sparse_coo().t().coalesce().to_sparse_csr()
+    return all(torch.equal(a, b) for a, b in zip(
+        (adj.crow_indices(), adj.col_indices(), adj.values()),
+        (transposed.crow_indices(), transposed.col_indices(), transposed.values())))

@@ -33,31 +33,11 @@ from fglrepro.fl.evaluation import EvaluateEach
 from fglrepro.fl.method import FederatedMethod, Federation, Upload
 from fglrepro.fl.training import check_finite
 from fglrepro.models import GCN, bernoulli_dropout
-from fglrepro.sparse import SparseRows, sparse_matmul
+from fglrepro.sparse import SparseRows, is_symmetric, sparse_matmul, symmetric_propagation
 
 #: A method's batched local-loss terms: ``(forward pass, stacked parameters) -> [m]``, one
 #: value per participant, added to its cross-entropy.
 BatchedTerms = Callable[["StackedForward", list[Tensor]], Tensor]
-
-
-class _SymmetricPropagation(torch.autograd.Function):
-    """``A H`` for a symmetric sparse CSR ``A``: the gradient ``A^T G`` is ``A G``, which
-    spares autograd's transposition of the CSR matrix in every backward pass."""
-
-    @staticmethod
-    def forward(ctx, adj: Tensor, h: Tensor) -> Tensor:
-        ctx.adj = adj
-        return torch.sparse.mm(adj, h)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return None, torch.sparse.mm(ctx.adj, grad)
-
-
-def symmetric_propagation(adj: Tensor, h: Tensor) -> Tensor:
-    """``adj @ h`` for a symmetric sparse CSR ``adj [N, N]`` and ``h [N, D]`` (gradient to ``h``
-    only, without transposing ``adj``)."""
-    return _SymmetricPropagation.apply(adj, h)
 
 
 @dataclass
@@ -137,12 +117,6 @@ class ClientBatch:
         """``[m]`` sums of per-node ``values`` over each client's nodes (or the ``nodes`` mask)."""
         index = self.batch if nodes is None else self.batch[nodes]
         return values.new_zeros(self.num_clients).index_add(0, index, values)
-
-
-def is_symmetric(adj: Tensor) -> bool:
-    """Whether the sparse CSR ``adj`` equals its transpose exactly."""
-    transposed = adj.to_sparse_coo().t().coalesce().to_sparse_csr()
-    return torch.equal(adj.col_indices(), transposed.col_indices()) and torch.equal(adj.values(), transposed.values())
 
 
 def block_diagonal(blocks: list[Tensor]) -> Tensor:

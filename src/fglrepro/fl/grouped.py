@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from fglrepro.config import TrainConfig
 from fglrepro.fl.clients import ClientData, normalized_adjacency
-from fglrepro.fl.engine import ClientBatch, StackedOptimizer, is_symmetric
+from fglrepro.fl.engine import ClientBatch, StackedOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.training import check_finite
 from fglrepro.models import (
@@ -53,7 +53,7 @@ from fglrepro.models import (
     fast_dropout_enabled,
     fast_kernels_enabled,
 )
-from fglrepro.sparse import SparseRows, sparse_matmul
+from fglrepro.sparse import SparseRows, is_symmetric, sparse_matmul
 
 #: Architectures with a grouped forward (:func:`architecture_of`).
 GROUPED_ARCHS = ("gcn", "sgc", "gat", "sage", "gin", "linear")

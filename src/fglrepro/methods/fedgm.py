@@ -89,12 +89,12 @@ from fglrepro.components.surrogate_graph import dense_normalized_adjacency
 from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes
-from fglrepro.fl.engine import ClientBatch, StackedGCN, is_symmetric, symmetric_propagation
+from fglrepro.fl.engine import ClientBatch, StackedGCN
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods import register
 from fglrepro.models import GCN
-from fglrepro.sparse import sparse_matmul
+from fglrepro.sparse import is_symmetric, sparse_matmul, symmetric_propagation
 
 
 @dataclass(frozen=True)

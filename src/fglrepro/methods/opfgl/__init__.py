@@ -42,7 +42,6 @@ from fglrepro.fl.engine import (
     ClientBatch,
     StackedForward,
     StackedGCN,
-    is_symmetric,
     validation_accuracy,
 )
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
@@ -52,6 +51,7 @@ from fglrepro.fl.training import check_finite, make_optimizer, train_best_valida
 from fglrepro.methods import register
 from fglrepro.methods.opfgl.secure_aggregation import mask_vector, unmask_sum
 from fglrepro.models import GCN
+from fglrepro.sparse import is_symmetric
 
 #: Ablation variants (paper Fig. 3 plus stage 1 alone):
 #: ``full`` the method; ``ft`` stage 2 with cross-entropy only; ``ft_focal`` stage 2 with
