@@ -361,6 +361,24 @@ def test_batched_condensation_equals_the_clients_in_turn(sbm, sparse, layers):
         assert not torch.equal(graph.x, initial_features(client, y, torch.Generator().manual_seed(0)))
 
 
+def test_both_condensation_paths_log_every_tenth_of_their_steps(sbm, caplog):
+    method = mixed_fedgm(sbm, "auto", rounds=1)
+    clients, model = method.clients, method.federation.model
+    hparams = FedGMHparams(**{**FAST, "outer_epochs": 25})
+    with caplog.at_level("INFO", logger="fglrepro.methods.fedgm"):
+        condense(clients[0], model, hparams, torch.Generator().manual_seed(0))
+        in_turn = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        condense_together(clients, model, hparams, torch.Generator().manual_seed(0))
+    steps = [f"condensation step {s}/25" for s in range(2, 26, 2)]
+    assert [m.split(",")[0] for m in in_turn] == steps and all("1 client(s)" in m for m in in_turn)
+    clients_per_step = {}  # every client's condensation (in one size group or another) reports each step
+    for message in (r.getMessage() for r in caplog.records):
+        step, rest = message.split(", ")
+        clients_per_step[step] = clients_per_step.get(step, 0) + int(rest.split(" ")[0])
+    assert clients_per_step == {step: len(clients) for step in steps}
+
+
 @pytest.mark.parametrize("rounds", [1, 3])
 def test_fedgm_runs_alike_on_both_engines(sbm, rounds):
     methods, histories = [], []

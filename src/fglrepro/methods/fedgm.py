@@ -78,6 +78,7 @@ training steps on the union); the 1000 steps per client are the authors' ``epoch
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from dataclasses import dataclass
 
@@ -95,6 +96,8 @@ from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods import register
 from fglrepro.models import GCN
 from fglrepro.sparse import is_symmetric, sparse_matmul, symmetric_propagation
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -250,12 +253,21 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
         loss = matching_loss(class_gradients(model, logits, labels, classes, create_graph=True), real, weights)
         if loss.item() < best_loss:
             best_loss, best = loss.item(), (features.detach().clone(), adj.detach().clone())
+        log_progress(epoch, hparams.outer_epochs, 1, loss.item())
         # only the stepped side's gradient: the other side's half of the backward pass is skipped
         optimizer, stepped = (pge_opt, pge_params) if epoch % cycle < hparams.pge_steps else (feature_opt, [features])
         for p, grad in zip(stepped, torch.autograd.grad(loss, stepped)):
             p.grad = grad
         optimizer.step()
     return CondensedGraph(x=best[0], adj=best[1], y=labels)
+
+
+def log_progress(step: int, steps: int, clients: int, loss: float) -> None:
+    """Log every tenth of the condensation's ``steps`` (``step`` counts from 0): round 1 of a
+    one-shot run is otherwise silent for minutes."""
+    if (step + 1) % max(1, steps // 10) == 0:
+        log.info("condensation step %d/%d, %d client(s) at once: matching loss %.4g (mean)", step + 1, steps,
+                 clients, loss)
 
 
 def batchable(model: nn.Module, clients: list[ClientData]) -> bool:
@@ -500,6 +512,7 @@ def condense_group(clients: list[ClientData], starts: list[CondensationStart], m
                                          synthetic_weights, create_graph=True)
         first = first_weight_distances(real, real_gram, real_grads[0], synthetic, synthetic_grads[0])
         losses = matching_distances(first, synthetic_grads[1:], real_grads[1:], class_weight)
+        log_progress(epoch, hparams.outer_epochs, m, float(losses.mean()))
         with torch.no_grad():
             better = losses < best_loss
             best_loss = torch.where(better, losses, best_loss)
