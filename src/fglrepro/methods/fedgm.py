@@ -253,7 +253,7 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
         loss = matching_loss(class_gradients(model, logits, labels, classes, create_graph=True), real, weights)
         if loss.item() < best_loss:
             best_loss, best = loss.item(), (features.detach().clone(), adj.detach().clone())
-        log_progress(epoch, hparams.outer_epochs, 1, loss.item())
+        log_progress(epoch, hparams.outer_epochs, 1, loss)
         # only the stepped side's gradient: the other side's half of the backward pass is skipped
         optimizer, stepped = (pge_opt, pge_params) if epoch % cycle < hparams.pge_steps else (feature_opt, [features])
         for p, grad in zip(stepped, torch.autograd.grad(loss, stepped)):
@@ -262,12 +262,13 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
     return CondensedGraph(x=best[0], adj=best[1], y=labels)
 
 
-def log_progress(step: int, steps: int, clients: int, loss: float) -> None:
-    """Log every tenth of the condensation's ``steps`` (``step`` counts from 0): round 1 of a
+def log_progress(step: int, steps: int, clients: int, losses: Tensor) -> None:
+    """Log every tenth of the condensation's ``steps`` (``step`` counts from 0) with the mean of the
+    clients' matching ``losses`` (read only then: no device sync at other steps); round 1 of a
     one-shot run is otherwise silent for minutes."""
     if (step + 1) % max(1, steps // 10) == 0:
         log.info("condensation step %d/%d, %d client(s) at once: matching loss %.4g (mean)", step + 1, steps,
-                 clients, loss)
+                 clients, float(losses.detach().mean()))
 
 
 def batchable(model: nn.Module, clients: list[ClientData]) -> bool:
@@ -512,7 +513,7 @@ def condense_group(clients: list[ClientData], starts: list[CondensationStart], m
                                          synthetic_weights, create_graph=True)
         first = first_weight_distances(real, real_gram, real_grads[0], synthetic, synthetic_grads[0])
         losses = matching_distances(first, synthetic_grads[1:], real_grads[1:], class_weight)
-        log_progress(epoch, hparams.outer_epochs, m, float(losses.mean()))
+        log_progress(epoch, hparams.outer_epochs, m, losses)
         with torch.no_grad():
             better = losses < best_loss
             best_loss = torch.where(better, losses, best_loss)
