@@ -53,7 +53,7 @@ from fglrepro.models import (
     fast_dropout_enabled,
     fast_kernels_enabled,
 )
-from fglrepro.sparse import SparseRows, is_symmetric, sparse_matmul
+from fglrepro.sparse import SparseRows, is_symmetric, sparse_matmul, symmetric_propagation
 
 #: Architectures with a grouped forward (:func:`architecture_of`).
 GROUPED_ARCHS = ("gcn", "sgc", "gat", "sage", "gin", "linear")
@@ -87,20 +87,6 @@ def _to_stack(name: str, value: Tensor) -> Tensor:
     return value.transpose(-1, -2) if name.endswith("weight") else value
 
 
-class _Propagation(torch.autograd.Function):
-    """``A H`` for a sparse CSR ``A`` whose transpose ``A^T`` is given (the gradient ``A^T G``
-    without autograd transposing ``A`` in every backward pass)."""
-
-    @staticmethod
-    def forward(ctx, adj: Tensor, adj_t: Tensor, h: Tensor) -> Tensor:
-        ctx.adj_t = adj_t
-        return torch.sparse.mm(adj, h)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return None, None, torch.sparse.mm(ctx.adj_t, grad)
-
-
 @dataclass
 class GraphView:
     """What a grouped forward reads of a group's union of ``N`` nodes.
@@ -111,7 +97,7 @@ class GraphView:
         rows: client-stacked sparse features ``[N, m * F]`` (sparse inputs), else ``None``.
         x_pad: ``[m, n_max, F]`` padded dense features (dense inputs), else ``None``.
         kept: ``[2, E']`` the edges of a perturbed view (``None``: the union's own graph).
-        _adj: ``(A, A^T or None)``, the view's normalised adjacency (:meth:`propagate`).
+        _adj: ``(A, whether A is symmetric)``, the view's normalised adjacency (:meth:`propagate`).
     """
 
     batch: ClientBatch
@@ -119,23 +105,23 @@ class GraphView:
     rows: SparseRows | None
     x_pad: Tensor | None
     kept: Tensor | None = None
-    _adj: tuple[Tensor, Tensor | None] | None = None
+    _adj: tuple[Tensor, bool] | None = None
 
     @classmethod
     def of(cls, batch: ClientBatch) -> "GraphView":
         """The union as it is."""
-        adj_t = batch.adj if is_symmetric(batch.adj) else None
-        return cls(batch, edge_index_of(batch.adj), batch.stacked, batch.x_pad, _adj=(batch.adj, adj_t))
+        return cls(batch, edge_index_of(batch.adj), batch.stacked, batch.x_pad,
+                   _adj=(batch.adj, is_symmetric(batch.adj)))
 
     def propagate(self, h: Tensor) -> Tensor:
         """``A h`` ``[N, d]`` with the normalised adjacency ``A`` (self-loops included) of the
-        view's graph: the union's (when symmetric, its own transpose in the backward pass) or,
+        view's graph: the union's (when symmetric, :func:`~fglrepro.sparse.symmetric_propagation`) or,
         built on first use, the perturbed view's (:func:`~fglrepro.fl.clients.normalized_adjacency`
         of the kept edges, as the per-client path builds it)."""
         if self._adj is None:
-            self._adj = (normalized_adjacency(self.kept, self.batch.batch.numel()), None)
-        adj, adj_t = self._adj
-        return _Propagation.apply(adj, adj_t, h) if adj_t is not None else torch.sparse.mm(adj, h)
+            self._adj = (normalized_adjacency(self.kept, self.batch.batch.numel()), False)
+        adj, symmetric = self._adj
+        return symmetric_propagation(adj, h) if symmetric else torch.sparse.mm(adj, h)
 
     def perturbed(self, union_edges: Tensor, edge_drop: float, feature_mask: float) -> "GraphView":
         """A fresh random view (:func:`fglrepro.fl.augment.perturbed_view` for every client of
