@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 from helpers import all_clients, assert_refused, make_method, method_problems
 
 from fglrepro.config import ConfigError, EvalConfig
+from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.loop import run_federation
-from fglrepro.methods import resolve_method
-from fglrepro.methods.fedsage_plus import PEER_PAYLOAD
+from fglrepro.methods import fedsage_plus, resolve_method
+from fglrepro.methods.fedsage_plus import PEER_PAYLOAD, sparse_slots, summed_gradients
 from fglrepro.methods.fedsage_plus.neighbor_generation import (
     greedy_feature_loss,
     impair_graph,
@@ -36,14 +39,19 @@ def test_impaired_graph_hides_the_requested_fraction_and_every_touching_edge(sbm
     expected = {(a, b) for a, b in edge_set(client.edge_index)
                 if a not in set(impaired.hidden.tolist()) and b not in set(impaired.hidden.tolist())}
     assert {(int(kept[a]), int(kept[b])) for a, b in edge_set(impaired.edge_index)} == expected
-    # every kept node knows how many neighbours it lost and their features
+    # every kept node knows how many neighbours it lost, every kept training node their features
     hidden = set(impaired.hidden.tolist())
+    train_rows = iter(range(int(impaired.train_mask.sum())))
+    assert impaired.train_missing_feat.shape == (int(impaired.train_mask.sum()), 3, client.x.size(1))
     for i, node in enumerate(kept.tolist()):
         lost = sorted(b for a, b in edge_set(client.edge_index) if a == node and b in hidden)
         assert int(impaired.missing_count[i]) == len(lost)
+        if not impaired.train_mask[i]:
+            continue
+        row = next(train_rows)
         for slot in range(3):
             want = client.x[lost[slot]] if slot < len(lost) else torch.zeros(client.x.size(1))
-            assert torch.equal(impaired.missing_feat[i, slot], want)
+            assert torch.equal(impaired.train_missing_feat[row, slot], want)
 
 
 def test_mended_graph_keeps_the_original_and_adds_the_predicted_neighbours(sbm):
@@ -111,7 +119,7 @@ def test_phase_two_without_generated_neighbours_equals_fedavg_bit_for_bit(sbm, z
 
 def test_generator_rounds_communicate_features_and_gradients(sbm):
     method = make_method(sbm, "fedsage_plus", {"generator_rounds": 3, "num_pred": 2}, rounds=4)
-    generators = method.neighgens  # the method drops them after mending
+    generators = list(method.neighgens)  # the method drops them after mending
     before = [{n: p.detach().clone() for n, p in g.fgen.named_parameters()} for g in generators]
     history = run_federation(method, 4, EVAL)
     up = [r["upload_bytes"] for r in history.rounds]
@@ -130,6 +138,21 @@ def test_generator_rounds_communicate_features_and_gradients(sbm):
     assert all(box == {} for box in method.peer_features)
 
 
+def test_mending_frees_each_clients_neighgen_and_adam_state_before_the_next(sbm, monkeypatch):
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 1, "num_pred": 2}, rounds=2)
+    weights = [weakref.ref(g.fgen[5].weight) for g in method.neighgens]  # the output layer, held by Adam too
+    alive = []
+
+    def spy(client, count, feat):
+        alive.append([w() is not None for w in weights])
+        return mended_client(client, count, feat)
+
+    monkeypatch.setattr(fedsage_plus, "mended_client", spy)
+    method.mend_all()
+    assert alive == [[j >= k for j in range(3)] for k in range(3)]
+    assert all(w() is None for w in weights)
+
+
 def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(sbm):
     method = make_method(sbm, "fedsage_plus", {"generator_rounds": 2, "num_pred": 2}, rounds=3)
     first = all_clients(method, 1)
@@ -144,10 +167,26 @@ def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(s
         assert sorted(upload.peer) == [j for j in range(3) if j != k]
         for j, message in upload.peer.items():
             assert set(message) == {"grad"} and message["grad"].shape == first[j].extras["features"].shape
+            grad = message["grad"]  # sparse: only the (node, slot) pairs with a non-zero entry
+            assert grad.is_sparse and torch.equal(grad.to_dense().ne(0).any(-1).nonzero().t(), grad.indices())
+    assert all(u.num_bytes == tensor_bytes([*u.extras.values(), *(m["grad"].to_dense() for m in u.peer.values())])
+               for u in second.values())  # counted as sent dense
     method.server_update(2, second)
     for k in range(3):
-        expected = sum(second[j].peer[k]["grad"] for j in range(3) if j != k)
+        expected = sum(second[j].peer[k]["grad"].to_dense() for j in range(3) if j != k)
         assert torch.allclose(method.peer_grads[k], expected)
+
+
+@pytest.mark.parametrize("peers", [1, 2, 7, 19])
+def test_sparse_peer_gradients_sum_as_the_dense_ones_bit_for_bit(peers):
+    """The server sums the sparse peer gradients in the float order of stacking the dense
+    ones (a running sum differs in the last bits from 7 peers on)."""
+    gen = torch.Generator().manual_seed(peers)
+    read = torch.rand(peers, 37, 5, generator=gen) < 0.2
+    dense = [torch.randn(37, 5, 64, generator=gen) * r.unsqueeze(-1) for r in read]
+    sparse = [sparse_slots(g) for g in dense]
+    assert all(torch.equal(s.to_dense(), g) and s._nnz() == int(r.sum()) for s, g, r in zip(sparse, dense, read))
+    assert torch.equal(summed_gradients(sparse), torch.stack(dense).sum(0))
 
 
 def test_cross_client_gradient_pulls_features_towards_peer_neighbours(sbm):

@@ -103,10 +103,10 @@ def test_fedsage_rounds_on_used_slots_match_the_dense_reference(sbm):
         return used
 
     sliced.step_slots = recording_step_slots
-    sliced_gens = sliced.neighgens  # the method drops them after mending
+    sliced_gens = list(sliced.neighgens)  # the method drops them after mending
     ours = run_federation(sliced, 6, EVAL).rounds
     dense = fedsage(sbm, "sequential")  # built after the first run: same classifier dropout draws
-    dense_gens = dense.neighgens
+    dense_gens = list(dense.neighgens)
     reference = run_federation(dense, 6, EVAL).rounds
     assert sliced.only_used_slots and not dense.only_used_slots
     # some step read slots beyond this round's counts: those of the peer gradient

@@ -46,8 +46,9 @@ class ImpairedGraph:
         adj: ``[m, m]`` GCN-normalised adjacency of ``edge_index``.
         train_mask: ``[m]`` kept training nodes.
         missing_count: ``[m]`` number of hidden neighbours of each kept node.
-        missing_feat: ``[m, P, F]`` features of the first ``min(P, count)`` hidden
-            neighbours (by id), zero rows after them.
+        train_missing_feat: ``[t, P, F]`` for the ``t`` kept training nodes in order (the only
+            nodes whose hidden neighbours a loss reads): features of the first ``min(P, count)``
+            hidden neighbours (by id), zero rows after them.
     """
 
     kept: Tensor
@@ -58,7 +59,7 @@ class ImpairedGraph:
     adj: Tensor
     train_mask: Tensor
     missing_count: Tensor
-    missing_feat: Tensor
+    train_missing_feat: Tensor
 
 
 def impair_graph(client: ClientData, hidden_portion: float, num_pred: int,
@@ -84,13 +85,15 @@ def impair_graph(client: ClientData, hidden_portion: float, num_pred: int,
     owner, neighbor = owner[order], neighbor[order]
     missing_count = torch.bincount(owner, minlength=kept.numel())
     rank = torch.arange(owner.numel(), device=device) - (missing_count.cumsum(0) - missing_count)[owner]
-    take = rank < num_pred
-    missing_feat = client.x.new_zeros(kept.numel(), num_pred, client.x.size(1))
-    missing_feat[owner[take], rank[take]] = client.x[neighbor[take]]
+    train_mask = client.train_mask[kept]
+    train_row = torch.cumsum(train_mask, 0) - 1  # row of each kept training node
+    take = (rank < num_pred) & train_mask[owner]
+    missing_feat = client.x.new_zeros(int(train_mask.sum()), num_pred, client.x.size(1))
+    missing_feat[train_row[owner[take]], rank[take]] = client.x[neighbor[take]]
     return ImpairedGraph(
         kept=kept, hidden=is_hidden.nonzero().flatten(), x=client.x[kept], y=client.y[kept],
         edge_index=edge_index, adj=normalized_adjacency(edge_index, kept.numel()),
-        train_mask=client.train_mask[kept], missing_count=missing_count, missing_feat=missing_feat,
+        train_mask=train_mask, missing_count=missing_count, train_missing_feat=missing_feat,
     )
 
 
