@@ -212,6 +212,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
         build_model(model_cfg.for_client(k, client.graphless), graph.num_features, graph.num_classes).to(device)
         for k, client in enumerate(clients)
     ] if model_cfg.heterogeneous else None
+    del graph  # the clients hold copies of their rows: the whole graph's features would only take memory
     federation = Federation(clients=clients, model=model, train=train_cfg,
                             generator=torch.Generator().manual_seed(seed), client_models=client_models)
     test_options = {"dropout": eval_cfg.dropout, "all_classes": eval_cfg.f1_classes == "all"}
