@@ -8,7 +8,8 @@ from torch import Tensor, nn
 
 
 def tensor_bytes(tensors: Iterable[Tensor]) -> int:
-    """Bytes of ``tensors`` as sent: ``numel * element_size`` summed."""
+    """Bytes of ``tensors`` as sent: ``numel * element_size`` summed. A sparse tensor counts at its
+    dense size (``numel`` of its shape): the message it holds is the dense one, kept sparse in memory."""
     return sum(t.numel() * t.element_size() for t in tensors)
 
 

@@ -88,12 +88,12 @@ def impair_graph(client: ClientData, hidden_portion: float, num_pred: int,
     train_mask = client.train_mask[kept]
     train_row = torch.cumsum(train_mask, 0) - 1  # row of each kept training node
     take = (rank < num_pred) & train_mask[owner]
-    missing_feat = client.x.new_zeros(int(train_mask.sum()), num_pred, client.x.size(1))
-    missing_feat[train_row[owner[take]], rank[take]] = client.x[neighbor[take]]
+    train_missing_feat = client.x.new_zeros(int(train_mask.sum()), num_pred, client.x.size(1))
+    train_missing_feat[train_row[owner[take]], rank[take]] = client.x[neighbor[take]]
     return ImpairedGraph(
         kept=kept, hidden=is_hidden.nonzero().flatten(), x=client.x[kept], y=client.y[kept],
         edge_index=edge_index, adj=normalized_adjacency(edge_index, kept.numel()),
-        train_mask=train_mask, missing_count=missing_count, train_missing_feat=missing_feat,
+        train_mask=train_mask, missing_count=missing_count, train_missing_feat=train_missing_feat,
     )
 
 
