@@ -3,7 +3,9 @@ gives the uninterrupted run's numbers bit for bit; a checkpoint of another run i
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 import signal
 import subprocess
 import sys
@@ -15,10 +17,11 @@ from helpers import make_method
 
 from fglrepro.config import ConfigError, EvalConfig, ModelConfig
 from fglrepro.fl.checkpoint import Checkpoint, LoopState, run_identity
-from fglrepro.fl.engine import BatchedEvaluator, VectorisedEngine
+from fglrepro.fl.engine import BatchedEvaluator, ClientBatch, VectorisedEngine
 from fglrepro.fl.evaluation import evaluate_each
 from fglrepro.fl.loop import run_federation
 from fglrepro.methods import METHOD_MODULES
+from fglrepro.sparse import SparseRows
 
 ROUNDS = 5
 EVAL = EvalConfig(model="local", average="weighted")
@@ -67,18 +70,94 @@ def test_a_killed_run_resumes_from_its_checkpoint_with_the_uninterrupted_numbers
 
     path = tmp_path / "run.json.ckpt"
     method, evaluator = build(sbm, name, hparams, **options)
+    checkpoint = tracking(Checkpoint(path, "id", every_s=0), method)
     with pytest.raises(Killed):
-        run_federation(method, ROUNDS, EVAL, evaluator=evaluator, on_round=kill_after(3),
-                       checkpoint=Checkpoint(path, "id", every_s=0))
+        run_federation(method, ROUNDS, EVAL, evaluator=evaluator, on_round=kill_after(3), checkpoint=checkpoint)
     assert path.exists()  # holds rounds 1-2: round 3 was killed before its save
 
     torch.manual_seed(123)  # the resumed process's own draws must not matter
     method, evaluator = build(sbm, name, hparams, **options)
-    checkpoint = Checkpoint(path, "id", every_s=0)
+    checkpoint = tracking(Checkpoint(path, "id", every_s=0), method)
     resumed = run_federation(method, ROUNDS, EVAL, evaluator=evaluator, checkpoint=checkpoint)
     assert checkpoint.resumed_round == 2
     assert resumed.rounds == expected.rounds
     assert resumed.best_index == expected.best_index
+
+
+def tracking(checkpoint, method):
+    """``checkpoint`` with ``method``'s clients as its inputs, as ``fgl-train`` registers the built clients."""
+    checkpoint.track_inputs(method.federation.clients)
+    return checkpoint
+
+
+def saved_after_one_round(sbm, path, track, engine=True):
+    method, evaluator = build(sbm, "fedavg", engine=engine)
+    run_federation(method, 1, EVAL, evaluator=evaluator)
+    checkpoint = Checkpoint(path, "id", every_s=0)
+    if track:
+        checkpoint.track_inputs(method.federation.clients)
+    checkpoint.maybe_save(LoopState(1, method, evaluator, None, None, {}))
+    assert checkpoint.saved_round == 1
+    return method
+
+
+def storages(value) -> dict[int, int]:
+    """Bytes of each storage behind ``value`` (a tensor, sparse or not, or SparseRows), by address."""
+    if isinstance(value, SparseRows):
+        parts = (value.rows, value.columns, value.values, value.offsets)
+    elif isinstance(value, torch.Tensor) and value.layout == torch.sparse_csr:
+        parts = (value.crow_indices(), value.col_indices(), value.values())
+    elif isinstance(value, torch.Tensor):
+        return {value.untyped_storage().data_ptr(): value.untyped_storage().nbytes()}
+    else:
+        return {}
+    return {k: v for t in parts for k, v in storages(t).items()}
+
+
+def test_the_clients_inputs_and_their_unions_are_saved_as_references(sbm, tmp_path):
+    """Tracked, the clients' tensors leave the file (the engine's union of them pickles as
+    ``ClientBatch.of`` either way); a load takes the tensors of the loading run's own clients and
+    makes the union again from them."""
+    method = saved_after_one_round(sbm, tmp_path / "whole.ckpt", track=False)
+    saved_after_one_round(sbm, tmp_path / "tracked.ckpt", track=True)
+    held = {}
+    for client in method.federation.clients:
+        for f in dataclasses.fields(client):
+            held.update(storages(getattr(client, f.name)))
+    whole, tracked = (tmp_path / "whole.ckpt").stat().st_size, (tmp_path / "tracked.ckpt").stat().st_size
+    assert whole - tracked >= sum(held.values())
+
+    fresh, _ = build(sbm, "fedavg", engine=True)
+    checkpoint = tracking(Checkpoint(tmp_path / "tracked.ckpt", "id", every_s=0), fresh)
+    loaded = checkpoint.load().method
+    for client, own in zip(loaded.federation.clients, fresh.federation.clients):
+        assert client.x is own.x and client.adj is own.adj and client.train_mask is own.train_mask
+    (batch,) = method.federation.engine._batches.values()
+    (remade,) = loaded.federation.engine._batches.values()
+    assert remade.x is not batch.x and torch.equal(remade.x, batch.x) and torch.equal(remade.flat, batch.flat)
+
+
+def test_an_input_changed_in_place_is_saved_whole(sbm, tmp_path):
+    method, evaluator = build(sbm, "fedavg")
+    checkpoint = tracking(Checkpoint(tmp_path / "run.ckpt", "id", every_s=0), method)
+    method.federation.clients[0].x.mul_(2)
+    checkpoint.maybe_save(LoopState(1, method, evaluator, None, None, {}))
+    fresh, _ = build(sbm, "fedavg")
+    loaded = tracking(Checkpoint(tmp_path / "run.ckpt", "id", every_s=0), fresh).load().method
+    changed, kept = loaded.federation.clients[0], loaded.federation.clients[1]
+    assert changed.x is not fresh.federation.clients[0].x
+    assert torch.equal(changed.x, 2 * fresh.federation.clients[0].x)
+    assert kept.x is fresh.federation.clients[1].x
+
+
+def test_a_checkpoint_whose_inputs_the_loading_run_lacks_is_discarded(sbm, tmp_path):
+    path = tmp_path / "run.ckpt"
+    saved_after_one_round(sbm, path, track=True)
+    assert Checkpoint(path, "id", every_s=0).load() is None  # no inputs registered
+    assert not path.exists()
+    saved_after_one_round(sbm, path, track=True)
+    other, _ = build(sbm, "fedavg", num_clients=2)  # other clients: other shapes under the same keys
+    assert tracking(Checkpoint(path, "id", every_s=0), other).load() is None
 
 
 def test_a_checkpoint_of_another_run_or_an_unreadable_one_is_discarded(sbm, tmp_path):
@@ -234,3 +313,20 @@ def test_a_stop_signal_inside_an_import_waits_for_the_import_to_finish(tmp_path,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sys.modules.pop("slow_module_under_a_signal", None)
+
+
+def test_a_client_batch_pickles_as_the_call_that_made_it_unless_made_otherwise(sbm):
+    """``ClientBatch.of`` pickles as its clients (not the union's features); a batch changed by
+    ``dataclasses.replace`` (FedGLS swaps the adjacency) pickles whole, the change kept."""
+    clients = build(sbm, "fedavg")[0].federation.clients
+    batch = ClientBatch.of(clients, [0, 1, 2])
+    features = batch.x.numel() * batch.x.element_size()
+    assert len(pickle.dumps((clients, batch))) - len(pickle.dumps(clients)) < features / 4
+    remade = pickle.loads(pickle.dumps(batch))
+    assert all(torch.equal(getattr(remade, f), getattr(batch, f)) for f in ("x", "y", "flat", "batch", "sizes"))
+    assert torch.equal(remade.adj.to_dense(), batch.adj.to_dense())
+
+    identity = torch.eye(batch.x.size(0)).to_sparse_csr()
+    swapped = dataclasses.replace(batch, adj=identity)
+    assert len(pickle.dumps(swapped)) > features
+    assert torch.equal(pickle.loads(pickle.dumps(swapped)).adj.to_dense(), identity.to_dense())

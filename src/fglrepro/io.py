@@ -37,11 +37,11 @@ def atomic_write_json(obj: Any, path: str | Path) -> None:
     _atomic_write(path, write)
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    """``torch.save`` to ``path`` atomically."""
+def atomic_torch_save(obj: Any, path: str | Path, pickle_module: Any = pickle) -> None:
+    """``torch.save`` to ``path`` atomically (with ``pickle_module``'s ``Pickler``)."""
     import torch
 
-    _atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    _atomic_write(path, lambda tmp: torch.save(obj, tmp, pickle_module=pickle_module))
 
 
 def atomic_write_text(text: str, path: str | Path) -> None:

@@ -207,6 +207,8 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
     graph = load_graph(data_path)
     partition = Partition.load(partition_path)
     clients = build_clients(graph, partition, device)
+    if checkpoint is not None:
+        checkpoint.track_inputs(clients)  # saved as references, taken from these on a resume
     model = build_model(model_cfg, graph.num_features, graph.num_classes).to(device)
     client_models = [
         build_model(model_cfg.for_client(k, client.graphless), graph.num_features, graph.num_classes).to(device)

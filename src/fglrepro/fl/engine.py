@@ -19,7 +19,7 @@ models; :func:`~fglrepro.fl.method.vectorised_obstacle` says when it cannot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -41,7 +41,20 @@ BatchedTerms = Callable[["StackedForward", list[Tensor]], Tensor]
 
 
 @dataclass
-class ClientBatch:
+class Remade:
+    """Base of dataclasses that pickle as the call that made them: a constructor sets
+    ``_recipe = (function, args)``, so that a checkpoint stores its inputs rather than a copy of the
+    tensors derived from them, and a load makes the same tensors again (and shares them as the
+    saved run did); an instance made otherwise (e.g. by ``dataclasses.replace``) pickles whole."""
+
+    _recipe: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __reduce_ex__(self, protocol):
+        return super().__reduce_ex__(protocol) if self._recipe is None else self._recipe
+
+
+@dataclass
+class ClientBatch(Remade):
     """The disjoint union of ``m`` client graphs, nodes ordered client by client.
 
     Attributes:
@@ -57,6 +70,8 @@ class ClientBatch:
             with dense features, kept in ``x_pad``.
         x_pad: ``[m, n_max, F]`` dense padded features (when not sparse).
         x: ``[N, F]`` the union's features.
+
+    A batch made by :meth:`of` pickles as that call (:class:`Remade`).
     """
 
     clients: list[int]
@@ -97,12 +112,14 @@ class ClientBatch:
             stacked = SparseRows.entries(shared.rows, stacked_columns, shared.values, (x.size(0), m * num_features))
         else:
             x_pad = x.new_zeros(m * n_max, num_features).index_copy(0, flat, x).view(m, n_max, num_features)
-        return cls(
+        made = cls(
             clients=list(positions), sizes=sizes, batch=batch, adj=block_diagonal([c.adj for c in clients]),
             y=torch.cat([c.y for c in clients]), train_mask=torch.cat([c.train_mask for c in clients]),
             val_mask=torch.cat([c.val_mask for c in clients]), test_mask=torch.cat([c.test_mask for c in clients]),
             flat=flat, n_max=n_max, x=x, stacked=stacked, shared=shared, x_pad=x_pad,
         )
+        made._recipe = (cls.of, (list(clients), list(positions), sparse_below))
+        return made
 
     def pad(self, h: Tensor) -> Tensor:
         """``[N, D]`` -> ``[m, n_max, D]`` (zero rows after each client's nodes)."""

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from fglrepro.config import TrainConfig
 from fglrepro.fl.clients import ClientData, normalized_adjacency
-from fglrepro.fl.engine import ClientBatch, StackedOptimizer
+from fglrepro.fl.engine import ClientBatch, Remade, StackedOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.training import check_finite
 from fglrepro.models import (
@@ -88,8 +88,9 @@ def _to_stack(name: str, value: Tensor) -> Tensor:
 
 
 @dataclass
-class GraphView:
-    """What a grouped forward reads of a group's union of ``N`` nodes.
+class GraphView(Remade):
+    """What a grouped forward reads of a group's union of ``N`` nodes; one made by :meth:`of` pickles
+    as that call (:class:`~fglrepro.fl.engine.Remade`).
 
     Attributes:
         batch: the union (node order, client index ``batch.batch [N]``, padding).
@@ -110,8 +111,10 @@ class GraphView:
     @classmethod
     def of(cls, batch: ClientBatch) -> "GraphView":
         """The union as it is."""
-        return cls(batch, edge_index_of(batch.adj), batch.stacked, batch.x_pad,
-                   _adj=(batch.adj, is_symmetric(batch.adj)))
+        view = cls(batch, edge_index_of(batch.adj), batch.stacked, batch.x_pad,
+                    _adj=(batch.adj, is_symmetric(batch.adj)))
+        view._recipe = (cls.of, (batch,))
+        return view
 
     def propagate(self, h: Tensor) -> Tensor:
         """``A h`` ``[N, d]`` with the normalised adjacency ``A`` (self-loops included) of the
