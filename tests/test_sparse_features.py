@@ -275,3 +275,31 @@ def test_the_weight_gradient_of_binary_features_is_the_csr_product_bit_for_bit(w
     weighted = sparse.SparseRows.of(x * 0.5).transposed()
     assert not weighted.binary
     torch.testing.assert_close(weighted.matmul(grad), 0.5 * x.t() @ grad)
+
+
+def test_sparse_rows_of_stacked_blocks_are_those_of_their_concatenation():
+    """``SparseRows.concatenated`` (ClientBatch.of's sparse features without the dense union) gives the
+    entries ``SparseRows.of`` gives on the concatenated blocks, row empty or not."""
+    generator = torch.Generator().manual_seed(0)
+    blocks = [torch.rand(n, 7, generator=generator) * (torch.rand(n, 7, generator=generator) < 0.2) for n in (5, 1, 9)]
+    blocks[2][3] = 0
+    expected, got = sparse.SparseRows.of(torch.cat(blocks)), sparse.SparseRows.concatenated(blocks)
+    assert got.shape == expected.shape == (15, 7)
+    for name in ("rows", "columns", "values", "offsets"):
+        assert torch.equal(getattr(got, name), getattr(expected, name)), name
+
+
+@pytest.mark.parametrize("density", [0.05, 0.5])
+def test_a_client_union_concatenates_its_features_only_when_read(density):
+    """The engines read a union's sparse or padded features; the dense ``x [N, F]`` is made on first
+    read (equal to the clients' concatenation) and not held before."""
+    from fglrepro.fl.engine import ClientBatch
+
+    clients = make_method(make_sbm(), "fedavg").federation.clients
+    for c in clients:
+        c.x = c.x * (torch.rand(c.x.shape) < density)
+    batch = ClientBatch.of(clients, [0, 1, 2])
+    assert batch._x is None and (batch.shared is None) == (density > 0.1)
+    if batch.x_pad is not None:
+        assert torch.equal(batch.unpad(batch.x_pad), torch.cat([c.x for c in clients]))
+    assert torch.equal(batch.x, torch.cat([c.x for c in clients])) and batch._x is batch.x

@@ -116,6 +116,17 @@ class SparseRows:
         rows, columns = x.nonzero(as_tuple=True)
         return cls.entries(rows, columns, x[rows, columns], tuple(x.shape))
 
+    @classmethod
+    def concatenated(cls, blocks: list[Tensor]) -> "SparseRows":
+        """The non-zeros of the dense row blocks ``blocks [n_i, D]`` stacked, ``[sum n_i, D]``: the
+        entries :meth:`of` gives on their concatenation, without forming it."""
+        pieces = [block.nonzero(as_tuple=True) for block in blocks]
+        starts = [0] + [block.size(0) for block in blocks]
+        rows = torch.cat([r + start for (r, _), start in zip(pieces, torch.tensor(starts).cumsum(0).tolist())])
+        values = torch.cat([block[r, c] for block, (r, c) in zip(blocks, pieces)])
+        shape = (sum(block.size(0) for block in blocks), blocks[0].size(1))
+        return cls.entries(rows, torch.cat([c for _, c in pieces]), values, shape)
+
     def with_values_of(self, x: Tensor) -> "SparseRows":
         """The same pattern with the entries of ``x [n, D]`` (zero wherever this pattern is not)."""
         return SparseRows(self.rows, self.columns, x[self.rows, self.columns], self.offsets, self.shape,

@@ -69,7 +69,7 @@ class ClientBatch(Remade):
             ``i*F .. i*F+F-1``, times ``[m * F, H]``) and for shared ones (``[N, F]``); ``None``
             with dense features, kept in ``x_pad``.
         x_pad: ``[m, n_max, F]`` dense padded features (when not sparse).
-        x: ``[N, F]`` the union's features.
+        sources: the clients whose features :attr:`x` concatenates.
 
     A batch made by :meth:`of` pickles as that call (:class:`Remade`).
     """
@@ -84,10 +84,19 @@ class ClientBatch(Remade):
     test_mask: Tensor
     flat: Tensor
     n_max: int
-    x: Tensor
     stacked: SparseRows | None
     shared: SparseRows | None
     x_pad: Tensor | None
+    sources: list[ClientData] = field(repr=False, compare=False)
+    _x: Tensor | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def x(self) -> Tensor:
+        """``[N, F]`` the union's features, concatenated on first read and kept: the engines read
+        :attr:`stacked` / :attr:`shared` or :attr:`x_pad`, so most runs never hold this copy."""
+        if self._x is None:
+            self._x = torch.cat([c.x for c in self.sources])
+        return self._x
 
     @property
     def num_clients(self) -> int:
@@ -103,20 +112,21 @@ class ClientBatch(Remade):
         batch = torch.repeat_interleave(torch.arange(m, device=device), sizes)
         starts = torch.cumsum(sizes, 0) - sizes
         flat = batch * n_max + torch.arange(batch.numel(), device=device) - starts[batch]
-        x = torch.cat([c.x for c in clients])
-        num_features = x.size(1)
+        num_nodes, num_features = batch.numel(), clients[0].x.size(1)
         stacked = shared = x_pad = None
-        if x.count_nonzero() < sparse_below * x.numel():
-            shared = SparseRows.of(x)
+        if sum(int(c.x.count_nonzero()) for c in clients) < sparse_below * num_nodes * num_features:
+            shared = SparseRows.concatenated([c.x for c in clients])
             stacked_columns = shared.columns + batch[shared.rows] * num_features
-            stacked = SparseRows.entries(shared.rows, stacked_columns, shared.values, (x.size(0), m * num_features))
+            stacked = SparseRows.entries(shared.rows, stacked_columns, shared.values, (num_nodes, m * num_features))
         else:
-            x_pad = x.new_zeros(m * n_max, num_features).index_copy(0, flat, x).view(m, n_max, num_features)
+            x_pad = clients[0].x.new_zeros(m, n_max, num_features)
+            for k, c in enumerate(clients):
+                x_pad[k, :c.num_nodes] = c.x
         made = cls(
             clients=list(positions), sizes=sizes, batch=batch, adj=block_diagonal([c.adj for c in clients]),
             y=torch.cat([c.y for c in clients]), train_mask=torch.cat([c.train_mask for c in clients]),
             val_mask=torch.cat([c.val_mask for c in clients]), test_mask=torch.cat([c.test_mask for c in clients]),
-            flat=flat, n_max=n_max, x=x, stacked=stacked, shared=shared, x_pad=x_pad,
+            flat=flat, n_max=n_max, stacked=stacked, shared=shared, x_pad=x_pad, sources=list(clients),
         )
         made._recipe = (cls.of, (list(clients), list(positions), sparse_below))
         return made
