@@ -12,7 +12,8 @@ workflow's own commands (``fgl-train`` and the ``fgl-data`` download / prepare j
 training jobs longest first (the snapshot's median wall seconds of the same method and dataset; unknown
 first), or shortest first with ``--order shortest`` (to fill the most gaps on a few local cores:
 ``run --workers 1`` works here too), and builds the partitions here (they travel with ``carry``). ``run``
-executes the data jobs, then the training jobs on ``workers`` processes (``--gpu-runs``: the runs whose id
+executes the data jobs, then the training jobs whose run JSON is not there yet (a queue run again after a stop
+goes on where it stopped) on ``workers`` processes (``--gpu-runs``: the runs whose id
 starts so on CUDA on ``--gpu-workers`` of them, the rest on the CPU), each through
 ``python -m fglrepro.cli.<tool>`` on the source tree it sits in; no job starts after ``deadline`` seconds and
 jobs still running at ``deadline + grace`` are stopped. It writes the run JSONs where the workflow would
@@ -159,12 +160,14 @@ def source_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 
-def run_job(argv: list[str], device: str | None, start_by: float, stop_at: float, log_dir: Path
-            ) -> tuple[str, float, str]:
-    """Run one job, unless ``start_by`` (monotonic clock) has passed, to its end or until ``stop_at``;
-    ``(target, seconds, status)``."""
+def run_job(argv: list[str], device: str | None, start_by: float, stop_at: float, log_dir: Path,
+            keep_existing: bool = False) -> tuple[str, float, str]:
+    """Run one job, unless ``start_by`` (monotonic clock) has passed or (``keep_existing``) its output
+    exists, to its end or until ``stop_at``; ``(target, seconds, status)``."""
     target = flag(argv, "--out")
     start = time.monotonic()
+    if keep_existing and Path(target).exists():
+        return target, 0.0, "exists"
     if start >= start_by:
         return target, 0.0, "not started"
     Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -203,9 +206,9 @@ def run(args) -> None:
     gpu_workers = min(args.gpu_workers, len(on_gpu))
     other_workers = max(args.workers - gpu_workers, 1)
     with ThreadPoolExecutor(max(gpu_workers, 1)) as gpu, ThreadPoolExecutor(other_workers) as other:
-        futures = ([gpu.submit(run_job, argv, "cuda", start_by, stop_at, args.log_dir) for argv in on_gpu]
-                   + [other.submit(run_job, argv, "cpu" if on_gpu else args.device, start_by, stop_at, args.log_dir)
-                      for argv in elsewhere])
+        futures = ([gpu.submit(run_job, argv, "cuda", start_by, stop_at, args.log_dir, True) for argv in on_gpu]
+                   + [other.submit(run_job, argv, "cpu" if on_gpu else args.device, start_by, stop_at, args.log_dir,
+                                   True) for argv in elsewhere])
         train_rows = [future.result() for future in futures]
     with open(args.log, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")

@@ -1,6 +1,7 @@
 """benchmarks/device_queue.py: a queue of the workflow's commands runs without Snakemake, each job's
-status is recorded (ok, the exit code, not started after the deadline), --gpu-runs sends only the named
-runs to CUDA (the rest to the CPU), and what came back folds into the results snapshot."""
+status is recorded (ok, the exit code, not started after the deadline, run JSON already there),
+--gpu-runs sends only the named runs to CUDA (the rest to the CPU), and what came back folds into the
+results snapshot."""
 
 from __future__ import annotations
 
@@ -53,8 +54,10 @@ def test_jobs_run_in_order_of_stages_and_failures_and_the_deadline_are_recorded(
     assert status["results/runs/b.json"].startswith("exit ")
     assert "missing.pt" in (tmp_path / "results/logs/device_queue/results_runs_b.json.log").read_text()
     status = run_queue(tmp_path, monkeypatch, queue, "--deadline", "0")
-    assert status == {"data/raw/Cora/download.json": "ok", "results/runs/a.json": "not started",
+    assert status == {"data/raw/Cora/download.json": "ok", "results/runs/a.json": "exists",
                       "results/runs/b.json": "not started"}
+    (tmp_path / "results/runs/a.json").unlink()
+    assert run_queue(tmp_path, monkeypatch, queue, "--deadline", "0")["results/runs/a.json"] == "not started"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the routing by CUDA's absence")
