@@ -121,11 +121,11 @@ class SparseRows:
         """The non-zeros of the dense row blocks ``blocks [n_i, D]`` stacked, ``[sum n_i, D]``: the
         entries :meth:`of` gives on their concatenation, without forming it."""
         pieces = [block.nonzero(as_tuple=True) for block in blocks]
-        starts = [0] + [block.size(0) for block in blocks]
-        rows = torch.cat([r + start for (r, _), start in zip(pieces, torch.tensor(starts).cumsum(0).tolist())])
+        offsets = torch.tensor([0] + [block.size(0) for block in blocks]).cumsum(0).tolist()
+        rows = torch.cat([r + offset for (r, _), offset in zip(pieces, offsets)])
         values = torch.cat([block[r, c] for block, (r, c) in zip(blocks, pieces)])
-        shape = (sum(block.size(0) for block in blocks), blocks[0].size(1))
-        return cls.entries(rows, torch.cat([c for _, c in pieces]), values, shape)
+        columns = torch.cat([c for _, c in pieces])
+        return cls.entries(rows, columns, values, (offsets[-1], blocks[0].size(1)))
 
     def with_values_of(self, x: Tensor) -> "SparseRows":
         """The same pattern with the entries of ``x [n, D]`` (zero wherever this pattern is not)."""
