@@ -186,7 +186,7 @@ class Checkpoint:
     def track_inputs(self, clients: list) -> None:
         """Register ``clients``, built from the run's input files (which :func:`run_identity` covers) before
         any method touched them: their unchanged tensors are saved as keys, and a load takes them from
-        the ``clients`` of the resuming process."""
+        the ``clients`` of the resuming process (held weakly: the caller keeps them until the load)."""
         self.inputs = InputTensors(clients)
 
     def load(self) -> LoopState | None:
