@@ -125,11 +125,14 @@ def input_tensor(key: tuple[int, str], shape: tuple[int, ...], dtype: torch.dtyp
 
 
 def pickle_module(inputs: InputTensors | None) -> Any:
-    """A ``pickle_module`` for ``torch.save`` that stores the unchanged ``inputs`` as their keys."""
+    """A ``pickle_module`` for ``torch.save`` that stores the unchanged ``inputs`` as their keys (plain
+    ``pickle`` without inputs)."""
+    if inputs is None:
+        return pickle
 
     class StatePickler(pickle.Pickler):
         def reducer_override(self, obj: Any) -> Any:
-            if inputs is not None and isinstance(obj, torch.Tensor):
+            if isinstance(obj, torch.Tensor):
                 key = inputs.key_of(obj)
                 if key is not None:
                     return input_tensor, (key, tuple(obj.shape), obj.dtype)

@@ -128,7 +128,7 @@ class ClientBatch(Remade):
             val_mask=torch.cat([c.val_mask for c in clients]), test_mask=torch.cat([c.test_mask for c in clients]),
             flat=flat, n_max=n_max, stacked=stacked, shared=shared, x_pad=x_pad, sources=list(clients),
         )
-        made._recipe = (cls.of, (list(clients), list(positions), sparse_below))
+        made._recipe = (cls.of, (made.sources, made.clients, sparse_below))
         return made
 
     def pad(self, h: Tensor) -> Tensor:
