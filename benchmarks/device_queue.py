@@ -70,18 +70,22 @@ COST_KEYS = ("run", "method")
 
 
 def expected_seconds(runs_csv: Path) -> dict[str, dict[tuple[str, str], float]]:
-    """Median wall seconds of the snapshot's runs by ``(run, dataset)`` and by ``(method, dataset)``, under
-    the keys of :data:`COST_KEYS` (none without a snapshot)."""
+    """Median seconds (:func:`~fglrepro.report.snapshot.cost_seconds`: CPU where recorded, else wall) of the
+    snapshot's runs by ``(run, dataset)`` and by ``(method, dataset)``, under the keys of :data:`COST_KEYS`
+    (none without a snapshot)."""
     import pandas as pd
+
+    from fglrepro.report.snapshot import cost_seconds
 
     if not runs_csv.is_file():
         return {}
     runs = pd.read_csv(runs_csv)
-    return {by: runs.groupby([by, "dataset"])["wall_s"].median().to_dict() for by in COST_KEYS}
+    runs = runs.assign(cost=cost_seconds(runs))
+    return {by: runs.groupby([by, "dataset"])["cost"].median().to_dict() for by in COST_KEYS}
 
 
 def job_seconds(argv: list[str], cost: dict[str, dict[tuple[str, str], float]]) -> float | None:
-    """The expected wall seconds of a ``fgl-train`` argv (:func:`expected_seconds`, :data:`COST_KEYS`), or
+    """The expected seconds of a ``fgl-train`` argv (:func:`expected_seconds`, :data:`COST_KEYS`), or
     None if not known."""
     spec = json.loads(flag(argv, "--spec"))
     by_run = cost.get("run", {})
@@ -102,7 +106,7 @@ def ordered(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]
 
 
 def queue_estimate(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]]) -> str:
-    """What ``train`` should take on one worker by the snapshot's median wall seconds (:func:`job_seconds`),
+    """What ``train`` should take on one worker by the snapshot's median seconds (:func:`job_seconds`),
     and how many jobs have no such measurement."""
     known = [seconds for seconds in (job_seconds(argv, cost) for argv in train) if seconds is not None]
     return f"about {sum(known) / 3600:.1f} h on one worker for {len(known)}, {len(train) - len(known)} of unknown cost"

@@ -17,9 +17,12 @@ from fglrepro.report.coverage import (
     cell_text,
     coverage_cell,
     coverage_markdown,
+    detail_text,
+    left_text,
     offline_datasets,
     plan_from_study,
     read_notes,
+    row_costs,
     run_coverage_html,
     snapshot_coverage,
     stale_notes,
@@ -85,6 +88,47 @@ def test_a_cell_without_runs_says_why():
     every_dataset = {"study": "s", "tag": "CPU budget", "reason": "40 min per run"}
     assert reason(PLAN, "Cora", [every_dataset]) == "CPU budget"
     assert reason(PLAN, "PubMed", [every_dataset]) == "no data offline"  # the data, not the CPU, is what lacks
+
+
+def timed(cells: list[tuple[str, int, int]], cpu_s: float, study: str = "s", method: str | None = None,
+          dataset: str = "Cora") -> pd.DataFrame:
+    """``runs`` of ``cells`` that recorded ``cpu_s`` CPU seconds each."""
+    frame = runs(cells, dataset=dataset).assign(study=study, cpu_s=cpu_s)
+    return frame.assign(method=method if method else frame["run"])
+
+
+def test_the_jobs_left_count_every_missing_row_client_count_seed_and_grid_point_at_measured_costs():
+    plan = StudyPlan(study="s", paper="P", item="Table 2", datasets=("Cora", "PubMed"),
+                     clients={"Cora": (5, 10), "PubMed": (5,)}, seeds=(0, 1, 2, 3), rows=("a", "b", "c"),
+                     methods={"a": "a", "b": "fedavg", "c": "finetune"}, grid_points={"a": 2})
+    done = pd.concat([timed([("a", 5, 0)], 10.0), timed([("a", 5, 1)], 30.0), timed([("a", 10, 0)], 50.0),
+                      timed([("b", 5, 0)], 7.0, method="fedavg")])
+    elsewhere = pd.concat([timed([("fedavg", 10, 0)], 4.0, study="t", method="fedavg"),
+                           timed([("b", 10, 0)], 100.0, study="t", dataset="CiteSeer"),
+                           timed([("finetune_x", 10, 0)], 1.0, study="t", method="finetune")])
+    costs = row_costs(pd.concat([done, elsewhere]))
+    cell = coverage_cell(plan, "Cora", done, OFFLINE, [], paper_seeds=3, costs=costs)
+    # a: 2 points x (1 seed left at 5 clients + 2 at 10) at the study's medians 20 s and 50 s;
+    # b: 2 seeds at 5 clients (7 s), 3 seeds at 10 clients at the plain fedavg row's 4 s (b's CiteSeer runs are
+    # another dataset); c: a finetune row never run, 6 jobs of unknown cost (no "finetune" row to go by)
+    assert (cell["jobs_left"], cell["jobs_unknown_cost"]) == (6 + 5 + 6, 6)
+    assert cell["cpu_h_left"] == round((2 * 20 + 4 * 50 + 2 * 7 + 3 * 4) / 3600, 2)
+    assert "left: 17 jobs, about 0.1 CPU-h (6 of unknown cost)" in detail_text({**cell, "status": "partial"})
+    assert coverage_cell(plan, "PubMed", runs([]), OFFLINE, [], 3, costs)["jobs_left"] is None  # no data offline
+    untimed = done.drop(columns="cpu_s")  # rows folded before cpu_s was recorded: counted, cost unknown
+    cell = coverage_cell(plan, "Cora", untimed, OFFLINE, [], 3, row_costs(untimed))
+    assert (cell["jobs_left"], cell["jobs_unknown_cost"], cell["cpu_h_left"]) == (17, 17, 0.0)
+    assert left_text(cell) == "left: 17 jobs (17 of unknown cost)"
+    full = [(r, k, s) for r in ("a", "b", "c") for k in (5, 10) for s in (0, 1, 2)]
+    assert coverage_cell(plan, "Cora", runs(full), OFFLINE, [], 3, costs)["jobs_left"] == 0
+
+
+def test_the_study_file_gives_each_rows_method_and_grid_points():
+    grid = {"method": "fedgkd", "grid": {"u": [1, 2], "v": [3, 4, 5]}}
+    plan = plan_from_study("x", {"paper": "P", "table": "Table 1", "datasets": ["Cora"], "clients": [5], "seeds": [0],
+                                 "runs": {"fedavg": {"method": "fedavg"}, "g": grid, "plain": {}}})
+    assert plan.methods == {"fedavg": "fedavg", "g": "fedgkd", "plain": "plain"}
+    assert plan.grid_points == {"fedavg": 1, "g": 6, "plain": 1}
 
 
 def test_offline_datasets_are_those_whose_raw_files_the_package_pins():

@@ -97,6 +97,15 @@ def test_export_estimates_the_queue_from_the_snapshots_costs(tmp_path):
     assert device_queue.queue_estimate(jobs, cost) == "about 0.5 h on one worker for 2, 1 of unknown cost"
 
 
+def test_expected_costs_are_the_snapshot_s_cpu_seconds_where_recorded(tmp_path):
+    runs_csv = tmp_path / "runs.csv"
+    runs_csv.write_text("run,method,dataset,wall_s,cpu_s\n"
+                        "a,fedavg,Cora,100.0,10.0\na,fedavg,Cora,100.0,30.0\nb,fedtad,Cora,50.0,\n")
+    cost = device_queue.expected_seconds(runs_csv)
+    assert cost["run"] == {("a", "Cora"): 20.0, ("b", "Cora"): 50.0}
+    assert cost["method"] == {("fedavg", "Cora"): 20.0, ("fedtad", "Cora"): 50.0}
+
+
 def test_export_keeps_the_training_jobs_whose_run_json_the_snapshot_lacks(tmp_path):
     done, todo = train_job(tmp_path, "fedavg", "done"), train_job(tmp_path, "fedavg", "todo")
     prepare = ["fgl-data", "prepare", "--out", "data/prepared/Cora/plain.pt"]

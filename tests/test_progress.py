@@ -43,7 +43,7 @@ def test_the_estimate_uses_each_method_s_median_and_names_the_methods_not_timed_
     assert progress.line() == "progress: 5 of 5 training runs done (100 %), 25.0 CPU-min so far"
 
 
-def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_wall_time_of_the_same_job(tmp_path):
+def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_time_of_the_same_job(tmp_path):
     """Before a method has finished a run here, its runs count with the stored run of the same job
     (matched from the study on, whatever the results folder); a method timed here uses its own median."""
     snapshot = tmp_path / "runs.csv"
@@ -69,6 +69,15 @@ def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_wall_time_of_th
     assert progress.line().startswith("progress: 1 of 4 training runs done (25 %), 1.0 CPU-min so far; about 21 min "
                                       "left at 1 at a time (1 runs estimated from docs/results;")
     assert stored_costs(tmp_path / "absent.csv") == {}
+
+
+def test_the_snapshot_s_cpu_seconds_come_before_its_wall_seconds(tmp_path):
+    snapshot = tmp_path / "runs.csv"
+    snapshot.write_text("study,run,status,wall_s,cpu_s,target\n"
+                        "s,a,ok,1200.0,300.0,results/runs/s/a/Cora/x/k5/seed0.json\n"
+                        "s,b,ok,900.0,,results/runs/s/b/Cora/x/k5/seed0.json\n")
+    assert stored_costs(snapshot) == {("s", "a", "Cora", "x", "k5", "seed0.json"): 300.0,
+                                      ("s", "b", "Cora", "x", "k5", "seed0.json"): 900.0}
 
 
 def test_one_job_at_a_time_when_fewer_runs_are_left_than_workers(tmp_path):

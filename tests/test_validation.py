@@ -360,13 +360,14 @@ def test_partition_column_is_the_partitioner_of_the_scheme(partitioner, mode, gr
     assert metrics_row(run, {**meta, "schemes": {scheme: partitioner}})["partition"] == partitioner
 
 
-def test_a_runs_communication_is_mb_per_client_over_the_run():
+def test_a_runs_communication_is_mb_per_client_and_its_cost_is_kept():
     meta = {"paper": "P", "table": "T", "labels": {}}
     run = {"study": "s", "run": "r", "method": "fedavg", "dataset": "Cora", "scheme": "metis_global-30-35_plain",
            "clients": 2, "seed": 0, "status": "error",
            "communication": {"upload_bytes": [1_000_000, 3_000_000], "download_bytes": [500_000, 500_000]}}
-    row = metrics_row(run, meta)
+    row = metrics_row({**run, "wall_s": 12.5, "cpu_s": 11.0, "peak_memory_mb": 900.0}, meta)
     assert (row["upload_mb"], row["download_mb"]) == (2.0, 0.5)
+    assert (row["wall_s"], row["cpu_s"], row["peak_memory_mb"]) == (12.5, 11.0, 900.0)
     assert "upload_mb" not in metrics_row({**run, "communication": None}, meta)
 
 

@@ -8,7 +8,7 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 
 The estimate adds, over the runs still to do, the median CPU seconds (``cpu_s`` of the run JSON)
 of the runs of the same method finished so far, and divides by the number of jobs that run at
-once. A run of a method with no finished run yet counts with the wall time of the same job in the
+once. A run of a method with no finished run yet counts with the CPU time (else wall time) of the same job in the
 committed snapshot (``docs/results/runs.csv``, :func:`stored_costs`) where it has one, as the
 line says ("N runs estimated from docs/results"); the others are named instead of guessed
 ("not counted: ...").
@@ -48,15 +48,16 @@ def run_key(path: str | Path) -> tuple[str, ...]:
 
 
 def stored_costs(runs_csv: str | Path) -> dict[tuple[str, ...], float]:
-    """``run_key -> wall seconds`` of the finished runs of a snapshot's ``runs.csv`` (``target`` and ``wall_s``
-    columns); empty when the file is absent."""
+    """``run_key -> seconds`` of the finished runs of a snapshot's ``runs.csv`` (``target``, and ``cpu_s``
+    where recorded, else ``wall_s``: :func:`fglrepro.report.snapshot.cost_seconds` without pandas); empty when
+    the file is absent."""
     try:
         with open(runs_csv, newline="") as handle:
             rows = list(csv.DictReader(handle))
     except OSError:
         return {}
-    return {run_key(row["target"]): float(row["wall_s"]) for row in rows
-            if row.get("status") == "ok" and row.get("target") and row.get("wall_s")}
+    return {run_key(row["target"]): float(row.get("cpu_s") or row["wall_s"]) for row in rows
+            if row.get("status") == "ok" and row.get("target") and (row.get("cpu_s") or row.get("wall_s"))}
 
 
 def duration(seconds: float) -> str:

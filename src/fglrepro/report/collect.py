@@ -61,7 +61,7 @@ def metrics_row(run: dict, meta: dict) -> dict:
         "scheme": run["scheme"], "clients": run["clients"], "seed": run["seed"],
         "grid_point": run.get("grid_point"), "grid_size": run.get("grid_size"),
         "status": run["status"], "learning": run.get("learning"),
-        "wall_s": run.get("wall_s"), "peak_memory_mb": run.get("peak_memory_mb"),
+        "wall_s": run.get("wall_s"), "cpu_s": run.get("cpu_s"), "peak_memory_mb": run.get("peak_memory_mb"),
         "device": run.get("device"), "git_commit": run.get("git_commit"), "git_dirty": run.get("git_dirty"),
     }
     sent = run.get("communication") or {}

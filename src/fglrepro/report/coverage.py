@@ -20,9 +20,10 @@ A note on a complete cell is out of date (:func:`stale_notes`; ``fgl-report cove
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -36,7 +37,8 @@ REASONS = ("no data offline", "CPU budget", "not reproducible", "not implemented
 FILES = ("COVERAGE.md", "COVERAGE.csv")
 #: Columns of the coverage CSV, one row per (study or paper item, dataset).
 COLUMNS = ["paper", "item", "study", "dataset", "status", "seeds_ok", "seeds_complete", "seeds_paper",
-           "seeds_study", "rows_run", "rows_trained", "rows_missing", "clients_run", "clients", "reason", "note"]
+           "seeds_study", "rows_run", "rows_trained", "rows_missing", "clients_run", "clients", "jobs_left",
+           "cpu_h_left", "jobs_unknown_cost", "reason", "note"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class StudyPlan:
         seeds: the study's seeds.
         rows: run ids that train (not marked ``not_reproducible``); not_reproducible: the others.
         stats: the reported partition statistics file (``reported_partition_stats``), if any.
+        methods: row -> its method (the row's id where the study names none).
+        grid_points: row -> training jobs per (dataset, clients, seed): the points of its ``grid`` (1 without).
     """
 
     study: str
@@ -61,6 +65,8 @@ class StudyPlan:
     rows: tuple[str, ...]
     not_reproducible: tuple[str, ...] = ()
     stats: str | None = None
+    methods: Mapping[str, str] = field(default_factory=dict)
+    grid_points: Mapping[str, int] = field(default_factory=dict)
 
 
 def plan_from_study(name: str, study: Mapping) -> StudyPlan:
@@ -75,6 +81,9 @@ def plan_from_study(name: str, study: Mapping) -> StudyPlan:
         rows=tuple(r for r, entry in runs.items() if "not_reproducible" not in entry),
         not_reproducible=tuple(r for r, entry in runs.items() if "not_reproducible" in entry),
         stats=study.get("reported_partition_stats"),
+        methods={r: entry.get("method", r) for r, entry in runs.items()},
+        grid_points={r: math.prod(len(values) for values in (entry.get("grid") or {}).values())
+                     for r, entry in runs.items()},
     )
 
 
@@ -104,10 +113,48 @@ def matching_note(notes: list[dict], study: str, dataset: str) -> dict | None:
     return next((n for n in notes if n["study"] == study and dataset in n.get("datasets", [dataset])), None)
 
 
+def row_costs(runs: pd.DataFrame) -> dict[tuple, float]:
+    """Median CPU seconds (``cpu_s``) of the ``ok`` runs of ``runs`` that recorded them, by ``(run, dataset,
+    clients)`` and, with the study first, by ``(study, run, dataset, clients)``; empty without the column."""
+    if "cpu_s" not in runs:
+        return {}
+    timed = runs[(runs["status"] == "ok") & runs["cpu_s"].notna()]
+    timed = timed.assign(clients=timed["clients"].astype(int))
+    keys = (["run", "dataset", "clients"], ["study", "run", "dataset", "clients"])
+    return {key: cost for by in keys for key, cost in timed.groupby(by)["cpu_s"].median().items()}
+
+
+def remaining_cost(plan: StudyPlan, dataset: str, runs: pd.DataFrame, paper_seeds: int,
+                   costs: Mapping[tuple, float]) -> tuple[int, float, int]:
+    """``(jobs, seconds, unknown)``: the training jobs ``plan`` still needs on ``dataset`` for the first
+    ``paper_seeds`` of its seeds (every trained row, client count and grid point without an ``ok`` run in
+    ``runs``, that study's rows of the dataset), the CPU seconds they should take and how many of them have
+    no measured run to go by. A job costs the median ``cpu_s`` (:func:`row_costs` of every study's runs) of
+    the study's runs of its row with the same client count on the dataset, else of that row's runs in any
+    study, else of the runs of the row named after its method (``fedavg`` for FedAvg; a wrapper such as
+    ``finetune`` has none); a grid's snapshot row is one point's run, as each point's job."""
+    ok = runs[runs["status"] == "ok"]
+    have = set(zip(ok["run"], ok["clients"].astype(int), ok["seed"].astype(int)))
+    jobs, seconds, unknown = 0, 0.0, 0
+    for row in plan.rows:
+        points = plan.grid_points.get(row, 1)
+        for clients in map(int, plan.clients.get(dataset, ())):
+            missing = points * sum((row, clients, int(seed)) not in have for seed in plan.seeds[:paper_seeds])
+            cost = next((costs[key] for key in ((plan.study, row, dataset, clients), (row, dataset, clients),
+                                                (plan.methods.get(row, row), dataset, clients)) if key in costs), None)
+            jobs += missing
+            if cost is None:
+                unknown += missing
+            else:
+                seconds += missing * cost
+    return jobs, seconds, unknown
+
+
 def coverage_cell(plan: StudyPlan, dataset: str, runs: pd.DataFrame, offline: set[str], notes: list[dict],
-                  paper_seeds: int) -> dict:
+                  paper_seeds: int, costs: Mapping[tuple, float] | None = None) -> dict:
     """One row of the coverage table: ``plan`` on ``dataset`` given ``runs`` (rows of runs.csv or a
-    metrics CSV of that study and dataset, any status)."""
+    metrics CSV of that study and dataset, any status); what is left to run and its cost
+    (:func:`remaining_cost`, ``costs`` from every study's runs, :func:`row_costs`) where the data is offline."""
     ok = runs[runs["status"] == "ok"]
     clients = plan.clients.get(dataset, ())
     seeds_ok = sorted(int(s) for s in ok["seed"].unique())
@@ -125,20 +172,25 @@ def coverage_cell(plan: StudyPlan, dataset: str, runs: pd.DataFrame, offline: se
         status, reason = "not run", "not implemented"
     else:
         status, reason = "not run", "not run yet"
+    jobs, seconds, unknown = (remaining_cost(plan, dataset, runs, paper_seeds, costs or {})
+                              if dataset in offline else (None, None, None))
     return {"paper": plan.paper, "item": plan.item, "study": plan.study, "dataset": dataset, "status": status,
             "seeds_ok": len(seeds_ok), "seeds_complete": len(complete), "seeds_paper": paper_seeds,
             "seeds_study": len(plan.seeds), "rows_run": int(ok["run"].nunique()), "rows_trained": len(plan.rows),
             "rows_missing": " ".join(r for r in plan.rows if r not in set(ok["run"])) if seeds_ok else "",
             "clients_run": " ".join(str(k) for k in sorted(ok["clients"].astype(int).unique())),
-            "clients": " ".join(str(k) for k in clients), "reason": reason,
+            "clients": " ".join(str(k) for k in clients), "jobs_left": jobs,
+            "cpu_h_left": None if seconds is None else round(seconds / 3600, 2), "jobs_unknown_cost": unknown,
+            "reason": reason,
             "note": "" if note is None else note["reason"]}
 
 
 def coverage_table(plans: Iterable[StudyPlan], runs: pd.DataFrame, offline: set[str], notes: list[dict],
                    paper_seeds: Mapping[str, int]) -> pd.DataFrame:
     """:func:`coverage_cell` for every study and dataset, ordered by paper, item and study."""
+    costs = row_costs(runs)
     rows = [coverage_cell(plan, dataset, runs[(runs["study"] == plan.study) & (runs["dataset"] == dataset)],
-                          offline, notes, paper_seeds.get(plan.paper, 3))
+                          offline, notes, paper_seeds.get(plan.paper, 3), costs)
             for plan in plans for dataset in plan.datasets]
     table = pd.DataFrame(rows, columns=COLUMNS)
     return table.sort_values(["paper", "item", "study"], key=lambda c: c.map(sort_key), kind="stable",
@@ -222,7 +274,18 @@ def detail_text(row: Mapping) -> str:
                  f"clients {row['clients_run']} of {row['clients']}"]
     else:
         parts = [row["reason"]]
-    return "; ".join(parts) + (f". {row['note']}" if row["note"] else "")
+    left = left_text(row)
+    return "; ".join(parts + ([left] if left else [])) + (f". {row['note']}" if row["note"] else "")
+
+
+def left_text(row: Mapping) -> str:
+    """``left: 54 jobs, about 2.1 CPU-h (12 of unknown cost)`` for a cell with jobs left (empty otherwise)."""
+    jobs = row.get("jobs_left")
+    if jobs is None or jobs != jobs or not int(jobs):
+        return ""
+    unknown = int(row["jobs_unknown_cost"])
+    cost = f", about {row['cpu_h_left']:.1f} CPU-h" if unknown < jobs else ""
+    return f"left: {int(jobs)} jobs{cost}" + (f" ({unknown} of unknown cost)" if unknown else "")
 
 
 def detail_lines(part: pd.DataFrame) -> list[str]:
@@ -247,13 +310,25 @@ def coverage_markdown(table: pd.DataFrame, papers: list[str]) -> str:
            "paper's m (`partial`: some seed lacks a row or client count); `stats`: our partition statistics are "
            "in the snapshot; else why not: " + ", ".join(f"`{r}`" for r in REASONS) + " (`no data offline`: the "
            "package pins no digest of the raw files, so no mirror provides them; `not run yet`: the data is "
-           "available offline). `-`: the dataset is not in that table.", "",
+           "available offline). `-`: the dataset is not in that table. `left`: the training jobs an offline cell "
+           "still needs for the paper's seeds (grid points counted) and their CPU time at the medians of the "
+           "snapshot's runs of the same row, dataset and client count (`cpu_s`, recorded by runs folded since "
+           "2026-11-29; else the row's runs in another study, else the plain method's row); unknown where no such "
+           "run recorded it.", "",
            "Cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("complete", "partial", "stats", "not run"))
            + "; not run: " + ", ".join(f"{n} {r}" for r, n in table.loc[table["status"] == "not run", "reason"]
-                                       .value_counts().items()) + ".", ""]
+                                       .value_counts().items()) + ".", "", total_left_text(table), ""]
     for paper in [p for p in papers if p in set(table["paper"])] + sorted(set(table["paper"]) - set(papers)):
         out += [f"## {paper}", "", *paper_matrix(table[table["paper"] == paper]), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def total_left_text(table: pd.DataFrame) -> str:
+    """One line: the jobs all offline cells still need, their measured-cost estimate and the unknown ones."""
+    jobs = table["jobs_left"].fillna(0).astype(int).sum()
+    unknown = table["jobs_unknown_cost"].fillna(0).astype(int).sum()
+    return (f"Left to run offline: {jobs} training jobs, about {table['cpu_h_left'].fillna(0).sum():.0f} CPU-h "
+            f"for the {jobs - unknown} of measured cost and {unknown} of unknown cost (one thread per job).")
 
 
 def paper_matrix(part: pd.DataFrame) -> list[str]:

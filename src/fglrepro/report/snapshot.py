@@ -19,13 +19,21 @@ import pandas as pd
 #: columns of runs.csv: what a reader needs to see a run's result and to re-run it.
 RUN_COLUMNS = ["study", "run", "grid_point", "label", "method", "dataset", "partition", "scheme", "clients", "seed",
                "status", "test_acc", "test_f1_macro", "best_round", "rounds_run", "converge_round", "wall_s",
-               "upload_mb", "download_mb", "device", "git_commit", "target"]
+               "cpu_s", "peak_memory_mb", "upload_mb", "download_mb", "device", "git_commit", "target"]
 RUNS, STUDIES = "runs.csv", "studies.json"
 #: one run of a snapshot: a newer run with the same key replaces it when runs are merged in
 RUN_KEY = ["study", "run", "dataset", "clients", "seed"]
 CELL_KEY = RUN_KEY[:-1]  # a table cell: its runs are the seeds
 #: name ending of a study's partition statistics (ours next to the paper's), kept as made by the workflow
 PARTITION_STATS = ".partition_stats.csv"
+
+
+def cost_seconds(runs: pd.DataFrame) -> pd.Series:
+    """What each run of ``runs`` (rows of runs.csv) cost: its CPU seconds (``cpu_s``, recorded by runs
+    folded since 2026-11-29) or else its wall seconds (``wall_s``: one thread per job, so about its CPU
+    seconds on an idle core and more under load)."""
+    wall = runs["wall_s"] if "wall_s" in runs else pd.Series(float("nan"), index=runs.index)
+    return runs["cpu_s"].fillna(wall) if "cpu_s" in runs else wall
 
 
 def run_target(row: Mapping, results_dir: str = "results") -> str:
@@ -166,6 +174,7 @@ def index_markdown(runs: pd.DataFrame, metas: Mapping[str, dict], claims: pd.Dat
               "", "Columns of `runs.csv` beyond the ids: `test_acc` / `test_f1_macro` at `best_round` (the round of "
               "best validation accuracy) in percent, `rounds_run`, `converge_round` (the first round reaching 99 % of "
               "the run's highest test accuracy; empty for rows folded before the column existed), `wall_s`, "
+              "`cpu_s` and `peak_memory_mb` (MiB; both empty for rows folded before 2026-11-29), "
               "`upload_mb` / `download_mb` (per client over the run), `device` and `git_commit`.",
               "", "## Re-run a cell", "",
               "Each row of `runs.csv` names its Snakemake target (`target`, the run JSON); e.g.", "", "```",
