@@ -287,6 +287,29 @@ def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_pat
     assert requests["fedavg", 10] == (2000, 30)
 
 
+def test_a_job_that_ran_in_the_snapshot_declares_its_measured_peak(repo, tmp_path):
+    """With ``measured_peaks`` naming a runs.csv, a job whose run, dataset and client count ran there on the
+    CPU declares 1.25 x its highest peak (before FedSage+'s fit and the size class); others keep theirs."""
+    runs_csv = tmp_path / "peaks.csv"
+    runs_csv.write_text("study,run,dataset,clients,seed,status,device,peak_memory_mb\n"
+                        "fedtad_table2,fedavg,Cora,10,0,ok,cpu,3000\n"
+                        "fedtad_table2,fedsage_plus,Cora,5,0,ok,cpu,1000\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
+         "--configfile", str(repo / "config" / "config.yaml"), "--dry-run",
+         "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]", f"measured_peaks={runs_csv}",
+         f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    memory = {}
+    for block in proc.stdout.split("rule train:")[1:]:
+        run, clients = re.search(r"run=(\w+)", block).group(1), int(re.search(r"clients=(\d+)", block).group(1))
+        memory[run, clients] = int(re.search(r"mem_mb=(\d+)", block).group(1))
+    assert (memory["fedavg", 10], memory["fedavg", 5], memory["fedsage_plus", 5], memory["fedsage_plus", 10]) == \
+        (4000, 2000, 1500, 4000)
+
+
 #: `snakemake --lint` findings the Snakefile's header explains (no per-rule conda env; PATH is extended).
 JUSTIFIED_LINTS = ("Specify a conda environment or container for each rule", "Environment variable PATH used")
 

@@ -15,6 +15,7 @@ from fglrepro.data.registry import DATASETS
 from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.io import archive_problem, damaged_message, read_yaml
 from fglrepro.methods import METHOD_MODULES
+from fglrepro.resources import measured_mem_mb, measured_peaks
 from fglrepro.report.figure_kinds import FIGURE_INPUTS
 from fglrepro.source_files import method_files, source_closure
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
@@ -295,19 +296,26 @@ def fedsage_plus_mem_mb(entry, dataset, clients):
     return 500 * int(-(-FEDSAGE_PLUS_MEMORY_MARGIN * (base + int(clients) * per_client) // 500))
 
 
+#: Peak memory of the snapshot's runs (config ``measured_peaks``, fglrepro.resources): what a job that ran declares.
+MEASURED_PEAKS = measured_peaks(config["measured_peaks"]) if config["measured_peaks"] else {}
+
+
 def run_resources(wildcards, key):
     """A training job's ``mem_mb``/``runtime``: the run's ``resources`` (or its dataset's
-    ``per_dataset`` override) when the study sets them, else for FedSage+ the memory of
-    :func:`fedsage_plus_mem_mb`, else the dataset's size class."""
+    ``per_dataset`` override) when the study sets them; else for ``mem_mb`` the snapshot's measured
+    peak of the same run, dataset and client count (:func:`fglrepro.resources.measured_mem_mb`), else
+    for FedSage+ the memory of :func:`fedsage_plus_mem_mb`; else the dataset's size class."""
     entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     declared = entry.get("resources", {})
     if key in declared:
         return declared[key]
     if key == "mem_mb":
-        measured = fedsage_plus_mem_mb(entry, wildcards.dataset, wildcards.clients)
-        if measured is not None:
-            return measured
+        for measured in (measured_mem_mb(MEASURED_PEAKS, wildcards.study, wildcards.run, wildcards.dataset,
+                                         wildcards.clients),
+                         fedsage_plus_mem_mb(entry, wildcards.dataset, wildcards.clients)):
+            if measured is not None:
+                return measured
     return dataset_resources(wildcards.dataset, key)
 
 
