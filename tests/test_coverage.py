@@ -121,6 +121,8 @@ def test_the_jobs_left_count_every_missing_row_client_count_seed_and_grid_point_
     assert left_text(cell) == "left: 17 jobs (17 of unknown cost)"
     full = [(r, k, s) for r in ("a", "b", "c") for k in (5, 10) for s in (0, 1, 2)]
     assert coverage_cell(plan, "Cora", runs(full), OFFLINE, [], 3, costs)["jobs_left"] == 0
+    other_seeds = [(r, k, s) for r in ("a", "b", "c") for k in (5, 10) for s in (1, 2, 3)]  # complete without seed 0
+    assert coverage_cell(plan, "Cora", runs(other_seeds), OFFLINE, [], 3, costs)["jobs_left"] == 0
 
 
 def test_the_study_file_gives_each_rows_method_and_grid_points():

@@ -15,6 +15,9 @@ say it (CPU budget with its measured cost, a table without a study). A cell read
   ``not_reproducible``, the study has no trained rows (not implemented), or "not run yet" (the data is
   there, the runs are not).
 
+A cell not complete on an offline dataset also says what is left: the training jobs of the paper's seeds
+without an ``ok`` run and their CPU time at the snapshot's measured medians (:func:`remaining_cost`).
+
 A note on a complete cell is out of date (:func:`stale_notes`; ``fgl-report coverage`` warns).
 """
 
@@ -172,8 +175,12 @@ def coverage_cell(plan: StudyPlan, dataset: str, runs: pd.DataFrame, offline: se
         status, reason = "not run", "not implemented"
     else:
         status, reason = "not run", "not run yet"
-    jobs, seconds, unknown = (remaining_cost(plan, dataset, runs, paper_seeds, costs or {})
-                              if dataset in offline else (None, None, None))
+    if dataset not in offline:
+        jobs, seconds, unknown = None, None, None
+    elif status == "complete":
+        jobs, seconds, unknown = 0, 0.0, 0
+    else:
+        jobs, seconds, unknown = remaining_cost(plan, dataset, runs, paper_seeds, costs or {})
     return {"paper": plan.paper, "item": plan.item, "study": plan.study, "dataset": dataset, "status": status,
             "seeds_ok": len(seeds_ok), "seeds_complete": len(complete), "seeds_paper": paper_seeds,
             "seeds_study": len(plan.seeds), "rows_run": int(ok["run"].nunique()), "rows_trained": len(plan.rows),
