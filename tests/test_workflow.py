@@ -266,13 +266,12 @@ def test_skip_runs_leaves_rows_out_of_a_study(repo, tmp_path):
     assert train_jobs() - train_jobs("skip_runs=[fedsage_plus,fedtad_noise]") == 2 * 3 * 3
 
 
-def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_path):
-    """FedSage+ rows declare their runtime and get their memory from the measured peaks; other
-    rows keep the small-dataset request."""
+def train_requests(repo, workdir, *config) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(run, clients) -> (mem_mb, runtime)`` of the training jobs of a dry run of FedTAD Table 2 on Cora."""
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
+        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(workdir),
          "--configfile", str(repo / "config" / "config.yaml"), "--dry-run",
-         "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]",
+         "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]", *config,
          f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}"],
         capture_output=True, text=True, timeout=120,
     )
@@ -282,6 +281,13 @@ def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_pat
         run, clients = re.search(r"run=(\w+)", block).group(1), int(re.search(r"clients=(\d+)", block).group(1))
         requests[run, clients] = (int(re.search(r"mem_mb=(\d+)", block).group(1)),
                                   int(re.search(r"runtime=(\d+)", block).group(1)))
+    return requests
+
+
+def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_path):
+    """FedSage+ rows declare their runtime and get their memory from the measured peaks; other
+    rows keep the small-dataset request."""
+    requests = train_requests(repo, tmp_path)
     # FedSage+: its runtime as the study declares it, its memory from the measured peaks per client count
     assert [requests["fedsage_plus", k] for k in (5, 10, 20)] == [(2500, 120), (4000, 120), (6500, 120)]
     assert requests["fedavg", 10] == (2000, 30)
@@ -294,18 +300,7 @@ def test_a_job_that_ran_in_the_snapshot_declares_its_measured_peak(repo, tmp_pat
     runs_csv.write_text("study,run,dataset,clients,seed,status,device,peak_memory_mb\n"
                         "fedtad_table2,fedavg,Cora,10,0,ok,cpu,3000\n"
                         "fedtad_table2,fedsage_plus,Cora,5,0,ok,cpu,1000\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
-         "--configfile", str(repo / "config" / "config.yaml"), "--dry-run",
-         "--config", "studies=[fedtad_table2]", "only_datasets=[Cora]", f"measured_peaks={runs_csv}",
-         f"study_dir={repo / 'config' / 'studies'}", f"paper_dir={repo / 'config' / 'paper'}"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    memory = {}
-    for block in proc.stdout.split("rule train:")[1:]:
-        run, clients = re.search(r"run=(\w+)", block).group(1), int(re.search(r"clients=(\d+)", block).group(1))
-        memory[run, clients] = int(re.search(r"mem_mb=(\d+)", block).group(1))
+    memory = {cell: mem for cell, (mem, _) in train_requests(repo, tmp_path, f"measured_peaks={runs_csv}").items()}
     assert (memory["fedavg", 10], memory["fedavg", 5], memory["fedsage_plus", 5], memory["fedsage_plus", 10]) == \
         (4000, 2000, 1500, 4000)
 

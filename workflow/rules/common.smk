@@ -15,8 +15,8 @@ from fglrepro.data.registry import DATASETS
 from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.io import archive_problem, damaged_message, read_yaml
 from fglrepro.methods import METHOD_MODULES
-from fglrepro.resources import measured_mem_mb, measured_peaks
 from fglrepro.report.figure_kinds import FIGURE_INPUTS
+from fglrepro.resources import measured_mem_mb, measured_peaks
 from fglrepro.source_files import method_files, source_closure
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
