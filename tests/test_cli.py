@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -42,6 +43,18 @@ def test_same_seed_same_metrics_on_cpu(cli_inputs):
     _, a = train(cli_inputs, BASE)
     _, b = train(cli_inputs, BASE)
     assert a["curves"] == b["curves"]
+
+
+def test_allocator_setting_is_recorded_and_leaves_the_numbers(cli_inputs):
+    from fglrepro.allocator import keep_freed_memory
+
+    _, reuse = train(cli_inputs, BASE)
+    _, default = train(cli_inputs, BASE, "--malloc", "default")
+    assert reuse["curves"] == default["curves"] and reuse["metrics"] == default["metrics"]
+    assert default["malloc"] == "default"
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert reuse["malloc"] == ("reuse" if glibc else "default")
+    assert keep_freed_memory() is glibc
 
 
 def test_diverging_run_is_recorded_not_fatal(cli_inputs):

@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 
+from fglrepro.allocator import keep_freed_memory
 from fglrepro.cli.common import run_cli
 
 log = logging.getLogger("fgl-train")
@@ -53,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="run JSON output")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    parser.add_argument("--malloc", default="reuse", choices=("reuse", "default"),
+                        help="reuse: glibc keeps freed memory for the next step's tensors, far fewer page faults "
+                             "(fglrepro/allocator.py); default: the C library's own settings")
     parser.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
                         help="save the loop's state to <out>.ckpt this often (0: every round; < 0: never); "
                              "a rerun resumes from it")
@@ -282,6 +286,7 @@ def main(argv=None) -> None:
         stop_with_workflow()
         log.info("start: %s", ", ".join(f"{k} {spec[k]}" for k in ("study", "run", "dataset", "clients", "seed")
                                         if k in spec))
+        malloc = "reuse" if args.malloc == "reuse" and keep_freed_memory() else "default"
         checkpoint = None
         try:
             if args.threads:
@@ -301,6 +306,7 @@ def main(argv=None) -> None:
                       else "no checkpoint was saved: a rerun starts over")
             log.warning("stopped by %s; %s", stop, resume)
             sys.exit(128 + stop.signum)
+        record["malloc"] = malloc
         atomic_write_json(record, args.out)
         if checkpoint is not None:
             checkpoint.discard()
