@@ -1,13 +1,13 @@
 """Cost of every method's training run relative to FedAvg on the same cell, measured side by side.
 
     .venv/bin/python benchmarks/method_costs.py [--repeats 3] [--datasets Cora CiteSeer]
-        [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--before-src /path/to/old/src]
+        [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--clients N] [--before-src /path/to/old/src]
         [--merge earlier.csv ...] [--out benchmarks/METHOD_COSTS]
         [--export jobs.json | --jobs jobs.json] [--device cpu|cuda] [--deadline SECONDS]
 
 The jobs are the workflow's own: the script reads every seed-0 training command from
-``snakemake -n -p``, keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8) and has
-Snakemake build their prepared graphs and partitions. ``--export`` writes those commands to a
+``snakemake -n -p``, keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8; ``--clients``: that
+many) and has Snakemake build their prepared graphs and partitions. ``--export`` writes those commands to a
 JSON file and stops; ``--jobs`` reads them back instead of asking Snakemake, so a machine without
 Snakemake (a lent GPU node, given the built inputs) can measure them. Each repetition runs, back
 to back so that they share the machine's load, every selected job and the FedAvg job of the same
@@ -21,10 +21,10 @@ FedAvg job once per repetition (before the cell's first method) rather than next
 A job that fails is reported (its last error line) and not run again. ``--deadline`` starts no
 measurement after that many seconds; ``repeats`` says how many repetitions each row got. The
 outputs are written after every measured job: ``<out>.csv`` (columns ``method, study, run, dataset,
-clients, seconds, fedavg_seconds, ratio, wall_seconds, repeats, device``, and ``before_*`` with
-``--before-src``) and ``<out>.md``. ``--merge`` adds the ``before_*`` columns of an earlier
-output (e.g. the old code measured alone with ``--src old/src``), joined on study, run, dataset
-and clients.
+clients, seconds, fedavg_seconds, ratio, wall_seconds, peak_mb, repeats, device``, ``peak_mb`` the run
+JSON's ``peak_memory_mb``; ``before_*`` with ``--before-src``) and ``<out>.md``. ``--merge`` adds the
+``before_*`` columns of an earlier output (e.g. the old code measured alone with ``--src old/src``),
+joined on study, run, dataset and clients.
 """
 
 from __future__ import annotations
@@ -47,14 +47,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_speed import device_name  # noqa: E402
 from run_benchmarks import REPO, machine  # noqa: E402
 
-STUDIES = ("fedtad_table2", "fedgkd_table1", "fedgkc_table1", "fedgkc_table2", "fedgls_table1", "opfgl_table1")
+STUDIES = ("fedtad_table2", "fedgkd_table1", "fedgkd_table5", "fedgkc_table1", "fedgkc_table2", "fedgls_table1",
+           "opfgl_table1")
 #: the FedAvg job each study's rows are compared with: ``(study, run)`` on the same dataset and
 #: client count (the heterogeneous and one-shot studies have none of their own: FedTAD Table 2's
 #: FedAvg on the same Louvain cell)
 FEDAVG = {"fedtad_table2": ("fedtad_table2", "fedavg"), "fedgkd_table1": ("fedgkd_table1", "fedavg"),
+          "fedgkd_table5": ("fedgkd_table5", "fedavg"),
           "fedgkc_table1": ("fedtad_table2", "fedavg"), "fedgkc_table2": ("fedtad_table2", "fedavg"),
           "fedgls_table1": ("fedgls_table1", "fed_gnn"), "opfgl_table1": ("fedtad_table2", "fedavg")}
-#: client count of the measured cells per study (10 unless listed)
+#: client count of the measured cells per study (10 unless listed; ``--clients`` picks others)
 CLIENTS = {"fedgls_table1": 8}
 
 
@@ -81,8 +83,9 @@ def training_jobs(studies: list[str], datasets: list[str]) -> dict[Key, list[str
     return jobs
 
 
-def measure(argv: list[str], src: Path, out: Path, device: str) -> tuple[float, float]:
-    """CPU and wall seconds of one ``fgl-train`` process on the package at ``src``."""
+def measure(argv: list[str], src: Path, out: Path, device: str) -> tuple[float, float, float]:
+    """CPU seconds, wall seconds and the run JSON's peak memory (MB) of one ``fgl-train`` process on
+    the package at ``src``."""
     argv = list(argv)
     argv[argv.index("--out") + 1] = str(out)
     argv[argv.index("--threads") + 1] = "1"
@@ -94,7 +97,8 @@ def measure(argv: list[str], src: Path, out: Path, device: str) -> tuple[float, 
                    capture_output=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+    peak = json.loads(out.read_text())["peak_memory_mb"]
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall, peak
 
 
 def cost_table(selected: list[Key], failed: dict[Key, str], jobs: dict[Key, list[str]], samples: dict, trees: dict,
@@ -116,7 +120,8 @@ def cost_table(selected: list[Key], failed: dict[Key, str], jobs: dict[Key, list
             fedavg_seconds = statistics.median(sample[headline] for sample in fedavg)
             row.update({f"{prefix}seconds": round(seconds, 2), f"{prefix}fedavg_seconds": round(fedavg_seconds, 2),
                         f"{prefix}ratio": round(seconds / fedavg_seconds, 2),
-                        f"{prefix}wall_seconds": round(statistics.median(wall for _, wall in own), 2)})
+                        f"{prefix}wall_seconds": round(statistics.median(wall for _, wall, _ in own), 2),
+                        f"{prefix}peak_mb": round(statistics.median(peak for *_, peak in own))})
         rows.append({**row, "repeats": len(samples["", key, "own"]), "device": device})
     return pd.DataFrame(rows)
 
@@ -153,6 +158,7 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["Cora", "CiteSeer"])
     parser.add_argument("--studies", nargs="+", default=list(STUDIES), choices=STUDIES)
     parser.add_argument("--runs", nargs="+", help="only these runs (table rows; grid points match by prefix)")
+    parser.add_argument("--clients", type=int, help="cells with this many clients (default: 10, FedGLS 8)")
     parser.add_argument("--src", type=Path, default=REPO / "src", help="source tree measured")
     parser.add_argument("--before-src", type=Path, help="source tree of the code to compare with")
     parser.add_argument("--merge", type=Path, nargs="+", default=[],
@@ -171,13 +177,14 @@ def main() -> None:
     else:
         jobs = training_jobs(studies, args.datasets)
     selected = sorted(key for key in jobs if key[0] in args.studies and key[2] in args.datasets
-                      and key[3] == CLIENTS.get(key[0], 10) and (not args.runs or key[1].split("@")[0] in args.runs))
+                      and key[3] == (args.clients or CLIENTS.get(key[0], 10))
+                      and (not args.runs or key[1].split("@")[0] in args.runs))
     if args.export:
         needed = sorted(set(selected) | {(*FEDAVG[key[0]], key[2], key[3]) for key in selected})
         args.export.write_text(json.dumps([{"key": key, "argv": jobs[key]} for key in needed], indent=1))
         return
     trees = {"": args.src, **({"before_": args.before_src} if args.before_src else {})}
-    samples: dict[tuple, list[tuple[float, float]]] = {}
+    samples: dict[tuple, list[tuple[float, float, float]]] = {}
     failed: dict[Key, str] = {}
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     began, load_before = time.perf_counter(), os.getloadavg()[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 
@@ -46,15 +45,13 @@ def test_same_seed_same_metrics_on_cpu(cli_inputs):
 
 
 def test_allocator_setting_is_recorded_and_leaves_the_numbers(cli_inputs):
-    from fglrepro.allocator import keep_freed_memory
+    from fglrepro.allocator import on_glibc
 
     _, reuse = train(cli_inputs, BASE)
     _, default = train(cli_inputs, BASE, "--malloc", "default")
     assert reuse["curves"] == default["curves"] and reuse["metrics"] == default["metrics"]
     assert default["malloc"] == "default"
-    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-    assert reuse["malloc"] == ("reuse" if glibc else "default")
-    assert keep_freed_memory() is glibc
+    assert reuse["malloc"] == ("reuse" if on_glibc() else "default")  # restarted with the glibc settings
 
 
 def test_diverging_run_is_recorded_not_fatal(cli_inputs):

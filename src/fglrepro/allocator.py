@@ -3,41 +3,48 @@
 glibc's ``malloc`` serves every block above its mmap threshold (dynamic, at most 32 MiB on 64-bit
 Linux) with a fresh ``mmap`` and gives it back to the kernel on ``free``. A training step allocates
 and frees the same large temporaries every step (the engine's client-stacked weights ``[K, F, H]``,
-their gradients and Adam updates, Fed-PUB's masked weights, FedSage+'s generator outputs), so each
-step faults in and zero-fills those pages anew: on CiteSeer with 50 clients Fed-PUB spent more CPU
-time in the kernel than in its own arithmetic. With ``mmap`` off and heap trimming off, freed blocks
-stay in the heap and the next step reuses them. Fast bins go off too: torch allocates with
-``posix_memalign``, whose small leftover pieces would otherwise sit unmerged between large freed
-blocks and make the heap grow past them. The numbers a run computes do not change.
+their gradients and Adam updates, Fed-PUB's masked weights), so each step faults in and zero-fills
+those pages anew: on CiteSeer with 50 clients Fed-PUB spent more CPU time in the kernel than in its
+own arithmetic. :data:`TUNABLES` turn ``mmap`` off and heap trimming (below 2 GiB of free top) off,
+so freed blocks stay in the heap and the next step reuses them. They also turn off the per-thread
+cache and the fast bins of small blocks: torch allocates with ``posix_memalign``, whose small leftover
+pieces would otherwise sit unmerged between large freed blocks, and the heap would grow past them
+(peak memory +26 % instead of +6 % on FedGKD Table 5's CiteSeer-50 cell). The numbers a run computes
+do not change; CPU and peak memory before and after are in benchmarks/MALLOC.md.
 
-The price is memory: the heap keeps its high-water mark until the process exits (what the run JSON's
-``peak_memory_mb`` reports anyway) and fragments more than fresh mappings do, up to about 1.2x the
-peak (benchmarks/METHOD_COSTS.md: CPU and peak memory, before and after). ``fgl-train`` calls
-:func:`keep_freed_memory` at start unless ``--malloc default`` is given.
+glibc reads these settings only when a process starts (``GLIBC_TUNABLES``, glibc 2.26 or later), so
+``fgl-train`` restarts itself with them (:func:`restart_keeping_freed_memory`) unless ``--malloc
+default`` is given.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import os
 import platform
+import sys
 
-#: ``mallopt`` parameters (glibc's ``malloc.h``)
-M_MXFAST = 1
-M_TRIM_THRESHOLD = -1
-M_MMAP_MAX = -4
+#: glibc malloc tunables: no mmap, trim only above 2 GiB of free heap top, no thread cache, no fast bins
+TUNABLES = ("glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647:"
+            "glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0")
 
 
-def keep_freed_memory() -> bool:
-    """Tell glibc's allocator to serve large blocks from the heap, to give its free top back only
-    above 2 GiB and to merge small freed blocks at once (no fast bins).
+def on_glibc() -> bool:
+    """Whether the C library is glibc (Linux; not musl, not macOS)."""
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
-    Returns whether the settings took effect: ``False`` where the C library is not glibc (macOS,
-    musl), whose allocators keep their own defaults.
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    trim_above = ctypes.c_int(2**31 - 1)  # bytes: the largest int mallopt takes
-    settings = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, trim_above), (M_MXFAST, 0))
-    return all([bool(libc.mallopt(param, value)) for param, value in settings])
+
+def keeps_freed_memory() -> bool:
+    """Whether this process started with :data:`TUNABLES` on glibc."""
+    return on_glibc() and TUNABLES in os.environ.get("GLIBC_TUNABLES", "")
+
+
+def restart_keeping_freed_memory() -> None:
+    """Replace this process by the same command line started with :data:`TUNABLES` added to
+    ``GLIBC_TUNABLES`` (same process id, so a workflow or scheduler watching it sees one process).
+    Returns at once where the C library is not glibc or the settings are in place already."""
+    if not on_glibc() or keeps_freed_memory():
+        return
+    tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), TUNABLES]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "GLIBC_TUNABLES": tunables})

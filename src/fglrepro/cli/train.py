@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 
-from fglrepro.allocator import keep_freed_memory
+from fglrepro.allocator import keeps_freed_memory, restart_keeping_freed_memory
 from fglrepro.cli.common import run_cli
 
 log = logging.getLogger("fgl-train")
@@ -55,8 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     parser.add_argument("--malloc", default="reuse", choices=("reuse", "default"),
-                        help="reuse: glibc keeps freed memory for the next step's tensors, far fewer page faults "
-                             "(fglrepro/allocator.py); default: the C library's own settings")
+                        help="reuse: restart with glibc settings that keep freed memory for the next step's "
+                             "tensors, far fewer page faults (fglrepro/allocator.py); default: the C library's own")
     parser.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
                         help="save the loop's state to <out>.ckpt this often (0: every round; < 0: never); "
                              "a rerun resumes from it")
@@ -270,6 +270,8 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.malloc == "reuse" and argv is None:  # the process's own command line, which it restarts with
+        restart_keeping_freed_memory()
 
     def body() -> None:
         from fglrepro.config import ConfigError
@@ -286,7 +288,6 @@ def main(argv=None) -> None:
         stop_with_workflow()
         log.info("start: %s", ", ".join(f"{k} {spec[k]}" for k in ("study", "run", "dataset", "clients", "seed")
                                         if k in spec))
-        malloc = "reuse" if args.malloc == "reuse" and keep_freed_memory() else "default"
         checkpoint = None
         try:
             if args.threads:
@@ -306,7 +307,7 @@ def main(argv=None) -> None:
                       else "no checkpoint was saved: a rerun starts over")
             log.warning("stopped by %s; %s", stop, resume)
             sys.exit(128 + stop.signum)
-        record["malloc"] = malloc
+        record["malloc"] = "reuse" if keeps_freed_memory() else "default"
         atomic_write_json(record, args.out)
         if checkpoint is not None:
             checkpoint.discard()
