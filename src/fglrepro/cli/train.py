@@ -241,6 +241,7 @@ def execute(spec: dict, data_path: str, partition_path: str, device_name: str, c
             "hparams": as_dict(method_spec.hparams), "model": as_dict(model_cfg), "train": as_dict(train_cfg),
             "evaluation": as_dict(eval_cfg), "engine": engine,
             "device": str(device), "host": platform.node(), "torch_version": torch.__version__,
+            "malloc": "reuse" if keeps_freed_memory() else "default",
             "package_version": fglrepro.__version__, **provenance(),  # git commit and dirty flag, machine
         }
         progress = RoundProgress(train_cfg.rounds, eval_cfg.average)
@@ -307,7 +308,6 @@ def main(argv=None) -> None:
                       else "no checkpoint was saved: a rerun starts over")
             log.warning("stopped by %s; %s", stop, resume)
             sys.exit(128 + stop.signum)
-        record["malloc"] = "reuse" if keeps_freed_memory() else "default"
         atomic_write_json(record, args.out)
         if checkpoint is not None:
             checkpoint.discard()
