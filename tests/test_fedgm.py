@@ -34,6 +34,7 @@ from fglrepro.methods.fedgm import (
     global_class_gradients,
     initial_features,
     matching_loss,
+    real_gram_matrices,
     reinitialise,
     size_groups,
     synthetic_labels,
@@ -393,11 +394,15 @@ def test_fedgm_runs_alike_on_both_engines(sbm, rounds):
     torch.testing.assert_close(methods[0].union.x, methods[1].union.x, rtol=0, atol=1e-4)
 
 
-def test_first_weight_distances_are_those_of_the_weight_gradients():
+@pytest.mark.parametrize("features, route", [("sparse", "transpose"), (8, "transpose"), (200, "gram")])
+def test_first_weight_distances_are_those_of_the_weight_gradients(features, route):
+    # the real side's norm by its three routes: sparse X^T D, dense X^T D (F <= n_max), Gram (F > n_max)
     gen = torch.Generator().manual_seed(0)
-    data = bag_of_words()
+    data = bag_of_words() if features == "sparse" else make_sbm(num_features=features)
     method = mixed_fedgm(data, "auto", rounds=1)
     real = ClientBatch.of(method.clients[:2], [0, 1])
+    real_gram = real_gram_matrices(real)
+    assert (real.stacked is not None) == (features == "sparse") and (real_gram is not None) == (route == "gram")
     sizes, width, copies = [3, 5], 4, data.num_classes
     x = torch.zeros(2, 5, data.num_features)
     for k, n in enumerate(sizes):
@@ -405,9 +410,7 @@ def test_first_weight_distances_are_those_of_the_weight_gradients():
     synthetic = PaddedGraphs(x_pad=x, adj=torch.eye(5).expand(2, 5, 5), batch=torch.arange(2).repeat_interleave(5))
     real_grad = torch.randn(real.x.size(0), copies, width, generator=gen)
     synthetic_grad = torch.randn(10, copies, width, generator=gen) * (x.abs().sum(-1) > 0).view(10, 1, 1)
-    real_x = real.pad(real.x)
-    got = first_weight_distances(real, torch.bmm(real_x, real_x.transpose(1, 2)), real_grad, synthetic,
-                                 synthetic_grad)
+    got = first_weight_distances(real, real_gram, real_grad, synthetic, synthetic_grad)
     starts = [0, method.clients[0].num_nodes, real.x.size(0)]
     for k in range(2):
         for c in range(copies):

@@ -50,7 +50,9 @@ padded ``[m, n, F]``, each step's GCNs stacked ``[m, ...]``, and every (client, 
 copy of its client's GCN, so that one gradient of the sum of the copies' class losses gives all class
 gradients, on the real graphs (their union, :class:`~fglrepro.fl.engine.ClientBatch`) and on the
 synthetic ones (:func:`copy_gradients`); the first layer's weight-gradient distance is expanded through
-Gram matrices, never forming the ``[F, H]`` gradients (:func:`first_weight_distances`). The link
+the synthetic graphs' Gram matrices, never forming their ``[F, H]`` gradients (:func:`first_weight_distances`),
+and the real side's constant norm takes the cheaper of ``X^T D`` and the real Gram matrices
+(:func:`real_weight_norms`). The link
 predictors run one by one (their ``n'^2`` pairs make them compute-bound, not call-bound). Each client
 draws the same random numbers as in turn (:func:`condensation_starts`: ``generator`` skips each client's
 GCN draws, 0.4 s a client on Cora, and ends in the same state), Adam moves every element as its
@@ -364,24 +366,52 @@ def copy_gradients(graphs: Graphs, theta: list[Tensor], layers: list[tuple[int, 
     return list(torch.autograd.grad(loss, [first, *biases, *weights], create_graph=create_graph))
 
 
-def first_weight_distances(real: ClientBatch, real_gram: Tensor, real_grad: Tensor, synthetic: PaddedGraphs,
-                           synthetic_grad: Tensor) -> Tensor:
+def real_gram_matrices(real: ClientBatch) -> Tensor | None:
+    """``[m, n_max, n_max]`` the Gram matrices ``K = X X^T`` of the real graphs' features (padded) where
+    :func:`real_weight_norms` is cheaper through them: dense features wider than the largest graph
+    (``F > n_max``); ``None`` for sparse features or dense ones no wider than the graphs."""
+    if real.stacked is not None or real.x_pad.size(2) <= real.n_max:
+        return None
+    return torch.bmm(real.x_pad, real.x_pad.transpose(1, 2))
+
+
+def real_weight_norms(real: ClientBatch, real_gram: Tensor | None, real_grad: Tensor) -> Tensor:
+    """``[m, C]``: ``||X_k^T D_kc||^2``, the squared norm of copy (k, c)'s real first-layer weight gradient,
+    from the gradients of its product ``real_grad [N, C, H]`` (:func:`copy_gradients`). As ``<D, K D>``
+    through ``real_gram`` when given (:func:`real_gram_matrices`: ``n_max^2`` products per column), else from
+    ``X_k^T D_k`` (one product per non-zero of sparse features, ``F n_max`` per column of dense ones). The
+    matching loss's constant term: no gradient reaches it, only the losses (and so the choice of the
+    lowest-loss step) read it."""
+    m, (copies, width) = real.num_clients, real_grad.shape[1:]
+    flat = real_grad.reshape(real_grad.size(0), -1)  # [N, C H]
+    if real_gram is not None:
+        padded = real.pad(flat)
+        terms = padded * torch.bmm(real_gram, padded)  # [m, n_max, C H]
+    elif real.stacked is not None:
+        terms = real.stacked.transposed().matmul(flat).square()  # [m F, C H]: (X_k^T D_k)^2
+    else:
+        terms = torch.bmm(real.x_pad.transpose(1, 2), real.pad(flat)).square()  # [m, F, C H]
+    return terms.view(m, -1, copies, width).sum(dim=(1, 3))
+
+
+def first_weight_distances(real: ClientBatch, real_gram: Tensor | None, real_grad: Tensor,
+                           synthetic: PaddedGraphs, synthetic_grad: Tensor) -> Tensor:
     """``[m, C]``: ``||X'_k^T D'_kc - X_k^T D_kc||^2``, the distance of copy (k, c)'s first-layer weight
     gradients, from the gradients of its product on the real side ``real_grad [N, C, H]`` and on the
     synthetic one ``synthetic_grad [m n, C, H]`` (:func:`copy_gradients`), expanded as
-    ``<D', K' D'> - 2 <D', X' X^T D> + <D, K D>`` with the Gram matrices ``K' = X' X'^T`` and
-    ``real_gram [m, n_max, n_max]`` ``K = X X^T`` (each real graph's, padded): the ``[F, H]`` weight
-    gradients are never formed (the same value up to float rounding)."""
+    ``<D', K' D'> - 2 <D', X' X^T D> + ||X^T D||^2`` with the Gram matrices ``K' = X' X'^T``: the synthetic
+    side's ``[F, H]`` weight gradients are never formed (the same value up to float rounding); the real
+    side's constant by :func:`real_weight_norms` (``real_gram`` from :func:`real_gram_matrices`)."""
     x = synthetic.x_pad
     m, n = x.shape[:2]
     copies, width = real_grad.shape[1:]
     real_flat = real.pad(real_grad.reshape(real_grad.size(0), -1))  # [m, n_max, C H]
-    real_norm = (real_flat * torch.bmm(real_gram, real_flat)).view(m, -1, copies, width).sum(dim=(1, 3))
     cross = feature_product(real, x.transpose(1, 2).contiguous())  # [N, n]: X_i . X'_kj
     mixed = torch.bmm(real.pad(cross).transpose(1, 2), real_flat)  # [m, n, C H]: X' X^T D
     grad = synthetic.pad(synthetic_grad.reshape(m * n, -1))
     quadratic = torch.bmm(torch.bmm(x, x.transpose(1, 2)), grad)  # [m, n, C H]: K' D'
-    return (grad * (quadratic - 2 * mixed)).view(m, n, copies, width).sum(dim=(1, 3)) + real_norm
+    return ((grad * (quadratic - 2 * mixed)).view(m, n, copies, width).sum(dim=(1, 3))
+            + real_weight_norms(real, real_gram, real_grad))
 
 
 def matching_distances(first: Tensor, synthetic: list[Tensor], real: list[Tensor], weights: Tensor) -> Tensor:
@@ -486,8 +516,7 @@ def condense_group(clients: list[ClientData], starts: list[CondensationStart], m
     synthetic_weights = class_row_weights(synthetic_owners, y, per_class, per_class > 0, x.dtype)
     padded_owners = torch.arange(m, device=device).repeat_interleave(n)
     real = ClientBatch.of(clients, list(range(m)))
-    real_x = real.pad(real.x)
-    real_gram = torch.bmm(real_x, real_x.transpose(1, 2))
+    real_gram = real_gram_matrices(real)
     real_rows = real.train_mask.nonzero().flatten()
     real_labels, real_owners = real.y[real_rows], real.batch[real_rows]
     real_counts = torch.bincount(real_owners * num_classes + real_labels, minlength=m * num_classes)
