@@ -21,6 +21,7 @@ from fglrepro.methods.fedgkd import FedGKDHparams
 from fglrepro.methods.fedgkd.graph_distillation import sample_edges
 from fglrepro.methods.fedgkd.task_relator import (
     aggregation_weights,
+    effective_collaborators,
     kernel_matrix,
     pearson_relatedness,
     relator_weights,
@@ -174,6 +175,24 @@ def test_every_client_gets_its_own_weighted_average(sbm):
         expected = sum(q[i, j].item() * uploads[j].params["readout.weight"] for j in range(3))
         assert torch.allclose(state.received.readout.weight, expected, atol=1e-6)
     assert len({id(s.received) for s in method.states}) == 3
+
+
+def test_effective_collaborators_count_uniform_rows_as_all_clients_and_one_hot_rows_as_one():
+    assert torch.allclose(effective_collaborators(torch.full((4, 4), 0.25)), torch.full((4,), 4.0))
+    assert torch.equal(effective_collaborators(torch.eye(3)), torch.ones(3))
+    spread = effective_collaborators(relator_weights(features(), "global", tau=0.5, tau_s=7.0, series_start=1))
+    assert torch.all((spread > 1) & (spread < 4))
+
+
+@pytest.mark.parametrize("tau_s, level, spread", [(0.0, "INFO", "3.00 of 3"), (1e4, "WARNING", "1.00 of 3")])
+def test_first_round_reports_how_far_the_personalised_weights_spread(sbm, caplog, tau_s, level, spread):
+    # a huge tau_s makes eq. 9's softmax one-hot: every client would get one client's model
+    method = make_method(sbm, "fedgkd", {"tau_s": tau_s}, model=READOUT)
+    with caplog.at_level("INFO", logger="fglrepro.methods.fedgkd"):
+        one_round(method, 1)
+        one_round(method, 2)
+    reports = [r for r in caplog.records if "personalised weights q spread" in r.getMessage()]
+    assert len(reports) == 1 and reports[0].levelname == level and spread in reports[0].getMessage()
 
 
 def test_broadcast_is_common_to_all_clients_and_fresh_every_round(sbm):

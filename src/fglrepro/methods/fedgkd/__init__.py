@@ -14,6 +14,7 @@ Its own parts: :mod:`.graph_distillation` (the clients' graph distillation) and
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +35,9 @@ from fglrepro.methods.fedgkd.graph_distillation import (
     distill_graph,
     distill_graphs,
 )
-from fglrepro.methods.fedgkd.task_relator import KERNELS, relator_weights
+from fglrepro.methods.fedgkd.task_relator import KERNELS, effective_collaborators, relator_weights
+
+log = logging.getLogger(__name__)
 
 #: Task features of Figure 9: X_s, H_s, [X_s || H_s] (eq. 7, the default) or the soft labels y_s.
 TASK_FEATURES = ("x", "h", "xh", "labels")
@@ -253,8 +256,25 @@ class FedGKD(FederatedMethod):
         features = torch.stack([self.features[k] for k in ids])
         h = self.hparams
         self.weights = relator_weights(features, h.kernel, h.tau, h.tau_s, h.series_start)
+        if round_ == 1:
+            self.report_spread(len(ids))
         for k, params in zip(ids, personalized_average([uploads[k].params for k in ids], self.weights)):
             load_parameters(self.states[k].received, params)
+
+    def report_spread(self, count: int) -> None:
+        """Log how many clients the first round's ``q`` spreads each personalised model over (the median
+        of :func:`~.task_relator.effective_collaborators`), as a warning when it is below 1.5: the kernel's
+        entries grow like ``e^{tau n r}`` with the number of clients, so a ``tau`` that suits 10 clients can
+        make the softmax of eq. 9 one-hot at 30-50, and every client then receives one client's model."""
+        spread = float(effective_collaborators(self.weights).median())
+        h = self.hparams
+        message = (f"FedGKD round 1: the personalised weights q spread each model over {spread:.2f} of {count} "
+                   f"clients (median 1 / sum_j q_ij^2; kernel {h.kernel}, tau {h.tau}, tau_s {h.tau_s})")
+        if spread < 1.5:
+            log.warning("%s: each client receives about one client's model; a smaller hparams.tau or tau_s "
+                        "spreads q", message)
+        else:
+            log.info("%s", message)
 
     def download_bytes(self, k: int) -> int:
         """W̄_k and, when k distilled this round, the broadcast ``(X0, y0)``."""

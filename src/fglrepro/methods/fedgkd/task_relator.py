@@ -83,3 +83,9 @@ def relator_weights(features: Tensor, kernel: str, tau: float, tau_s: float, ser
     R and q rounded to their grids (:func:`snap`)."""
     relatedness = snap(pearson_relatedness(features), RELATEDNESS_BITS)
     return snap(aggregation_weights(kernel_matrix(relatedness, kernel, tau, series_start), tau_s), WEIGHT_BITS)
+
+
+def effective_collaborators(weights: Tensor) -> Tensor:
+    """``[n]`` the effective number of clients each row of ``q [n, n]`` draws on, ``1 / sum_j q_ij^2``:
+    ``n`` for uniform weights (FedAvg), 1 when one client's weight is 1."""
+    return 1.0 / weights.square().sum(dim=1)
