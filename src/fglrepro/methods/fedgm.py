@@ -375,22 +375,22 @@ def real_gram_matrices(real: ClientBatch) -> Tensor | None:
     return torch.bmm(real.x_pad, real.x_pad.transpose(1, 2))
 
 
-def real_weight_norms(real: ClientBatch, real_gram: Tensor | None, real_grad: Tensor) -> Tensor:
+def real_weight_norms(real: ClientBatch, real_gram: Tensor | None, real_grad: Tensor, real_flat: Tensor) -> Tensor:
     """``[m, C]``: ``||X_k^T D_kc||^2``, the squared norm of copy (k, c)'s real first-layer weight gradient,
-    from the gradients of its product ``real_grad [N, C, H]`` (:func:`copy_gradients`). As ``<D, K D>``
+    from the gradients of its product ``real_grad [N, C, H]`` (:func:`copy_gradients`), also given padded as
+    ``real_flat [m, n_max, C H]`` (:func:`first_weight_distances` forms it once for both). As ``<D, K D>``
     through ``real_gram`` when given (:func:`real_gram_matrices`: ``n_max^2`` products per column), else from
     ``X_k^T D_k`` (one product per non-zero of sparse features, ``F n_max`` per column of dense ones). The
     matching loss's constant term: no gradient reaches it, only the losses (and so the choice of the
     lowest-loss step) read it."""
     m, (copies, width) = real.num_clients, real_grad.shape[1:]
-    flat = real_grad.reshape(real_grad.size(0), -1)  # [N, C H]
+    flat = real_grad.reshape(real_grad.size(0), -1)  # [N, C H], a view
     if real_gram is not None:
-        padded = real.pad(flat)
-        terms = padded * torch.bmm(real_gram, padded)  # [m, n_max, C H]
+        terms = real_flat * torch.bmm(real_gram, real_flat)  # [m, n_max, C H]
     elif real.stacked is not None:
         terms = real.stacked.transposed().matmul(flat).square()  # [m F, C H]: (X_k^T D_k)^2
     else:
-        terms = torch.bmm(real.x_pad.transpose(1, 2), real.pad(flat)).square()  # [m, F, C H]
+        terms = torch.bmm(real.x_pad.transpose(1, 2), real_flat).square()  # [m, F, C H]
     return terms.view(m, -1, copies, width).sum(dim=(1, 3))
 
 
@@ -411,7 +411,7 @@ def first_weight_distances(real: ClientBatch, real_gram: Tensor | None, real_gra
     grad = synthetic.pad(synthetic_grad.reshape(m * n, -1))
     quadratic = torch.bmm(torch.bmm(x, x.transpose(1, 2)), grad)  # [m, n, C H]: K' D'
     return ((grad * (quadratic - 2 * mixed)).view(m, n, copies, width).sum(dim=(1, 3))
-            + real_weight_norms(real, real_gram, real_grad))
+            + real_weight_norms(real, real_gram, real_grad, real_flat))
 
 
 def matching_distances(first: Tensor, synthetic: list[Tensor], real: list[Tensor], weights: Tensor) -> Tensor:

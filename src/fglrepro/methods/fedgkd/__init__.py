@@ -257,17 +257,17 @@ class FedGKD(FederatedMethod):
         h = self.hparams
         self.weights = relator_weights(features, h.kernel, h.tau, h.tau_s, h.series_start)
         if round_ == 1:
-            self.report_spread(len(ids))
+            self.report_spread()
         for k, params in zip(ids, personalized_average([uploads[k].params for k in ids], self.weights)):
             load_parameters(self.states[k].received, params)
 
-    def report_spread(self, count: int) -> None:
+    def report_spread(self) -> None:
         """Log how many clients the first round's ``q`` spreads each personalised model over (the median
         of :func:`~.task_relator.effective_collaborators`), as a warning when it is below 1.5: the kernel's
         entries grow like ``e^{tau n r}`` with the number of clients, so a ``tau`` that suits 10 clients can
         make the softmax of eq. 9 one-hot at 30-50, and every client then receives one client's model."""
         spread = float(effective_collaborators(self.weights).median())
-        h = self.hparams
+        h, count = self.hparams, self.weights.size(0)
         message = (f"FedGKD round 1: the personalised weights q spread each model over {spread:.2f} of {count} "
                    f"clients (median 1 / sum_j q_ij^2; kernel {h.kernel}, tau {h.tau}, tau_s {h.tau_s})")
         if spread < 1.5:
