@@ -131,6 +131,29 @@ def test_the_study_file_gives_each_rows_method_and_grid_points():
                                  "runs": {"fedavg": {"method": "fedavg"}, "g": grid, "plain": {}}})
     assert plan.methods == {"fedavg": "fedavg", "g": "fedgkd", "plain": "plain"}
     assert plan.grid_points == {"fedavg": 1, "g": 6, "plain": 1}
+    assert plan.point_ids["g"] == {"u=1,v=3", "u=1,v=4", "u=1,v=5", "u=2,v=3", "u=2,v=4", "u=2,v=5"}
+    assert plan.point_ids["fedavg"] == frozenset()
+
+
+def test_runs_of_a_grid_point_the_study_no_longer_has_do_not_count():
+    plan = plan_from_study("s", {"paper": "P", "table": "Table 1", "datasets": ["Cora"], "clients": [5, 10],
+                                 "seeds": [0, 1, 2], "runs": {"a": {}, "b": {"grid": {"u": [1, 2], "v": [3]}}}})
+    points = {"a": [None], "b": ["u=1,v=3", "u=2,v=3"]}
+    current = pd.DataFrame([{"study": "s", "run": r, "grid_point": g, "dataset": "Cora", "clients": k, "seed": s,
+                             "status": "ok"}
+                            for r in ("a", "b") for g in points[r] for k in (5, 10) for s in (0, 1, 2)])
+    assert coverage_cell(plan, "Cora", current, OFFLINE, [], 3)["status"] == "complete"
+    old_grid = current.assign(grid_point=current["grid_point"].where(current["run"] == "a", "u=1"))  # before v
+    cell = coverage_cell(plan, "Cora", old_grid, OFFLINE, [], 3, costs={})
+    expected = ("partial", 0, "b", "b")
+    assert (cell["status"], cell["seeds_complete"], cell["rows_stale"], cell["rows_missing"]) == expected
+    one_seed = pd.concat([old_grid, current[(current["run"] == "b") & (current["seed"] == 0)]])
+    cell = coverage_cell(plan, "Cora", one_seed, OFFLINE, [], 3, costs={})
+    assert (cell["status"], cell["seeds_complete"], cell["rows_stale"]) == ("partial", 1, "b")
+    assert cell["jobs_left"] == 2 * 2 * 2  # b: 2 points x 2 client counts x seeds 1-2
+    assert "runs of an earlier grid of b, not counted" in detail_text(cell)
+    gridded_now = current.assign(grid_point=current["grid_point"].where(current["run"] == "b", "u=1"))
+    assert coverage_cell(plan, "Cora", gridded_now, OFFLINE, [], 3)["rows_stale"] == "a"  # a has no grid
 
 
 def test_offline_datasets_are_those_whose_raw_files_the_package_pins():

@@ -18,6 +18,9 @@ say it (CPU budget with its measured cost, a table without a study). A cell read
 A cell not complete on an offline dataset also says what is left: the training jobs of the paper's seeds
 without an ``ok`` run and their CPU time at the snapshot's measured medians (:func:`remaining_cost`).
 
+A run whose grid point the study's row no longer has (its ``grid`` changed after the run) does not
+count: the cell lists the row under ``rows_stale`` and its jobs as left (:func:`current_runs`).
+
 A note on a complete cell is out of date (:func:`stale_notes`; ``fgl-report coverage`` warns).
 """
 
@@ -40,8 +43,8 @@ REASONS = ("no data offline", "CPU budget", "not reproducible", "not implemented
 FILES = ("COVERAGE.md", "COVERAGE.csv")
 #: Columns of the coverage CSV, one row per (study or paper item, dataset).
 COLUMNS = ["paper", "item", "study", "dataset", "status", "seeds_ok", "seeds_complete", "seeds_paper",
-           "seeds_study", "rows_run", "rows_trained", "rows_missing", "clients_run", "clients", "jobs_left",
-           "cpu_h_left", "jobs_unknown_cost", "reason", "note"]
+           "seeds_study", "rows_run", "rows_trained", "rows_missing", "rows_stale", "clients_run", "clients",
+           "jobs_left", "cpu_h_left", "jobs_unknown_cost", "reason", "note"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class StudyPlan:
         stats: the reported partition statistics file (``reported_partition_stats``), if any.
         methods: row -> its method (the row's id where the study names none).
         grid_points: row -> training jobs per (dataset, clients, seed): the points of its ``grid`` (1 without).
+        point_ids: row -> the ids of its grid points (``tau_s=3.0,tau=0.5``; empty without a grid).
     """
 
     study: str
@@ -70,10 +74,13 @@ class StudyPlan:
     stats: str | None = None
     methods: Mapping[str, str] = field(default_factory=dict)
     grid_points: Mapping[str, int] = field(default_factory=dict)
+    point_ids: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def plan_from_study(name: str, study: Mapping) -> StudyPlan:
     """A :class:`StudyPlan` of the study file ``name`` (its parsed YAML ``study``)."""
+    from fglrepro.grid import grid_points, point_id
+
     datasets = tuple(study["datasets"])
     clients = study.get("clients", [])
     per_dataset = {d: tuple(clients.get(d, ())) if isinstance(clients, Mapping) else tuple(clients) for d in datasets}
@@ -87,6 +94,8 @@ def plan_from_study(name: str, study: Mapping) -> StudyPlan:
         methods={r: entry.get("method", r) for r, entry in runs.items()},
         grid_points={r: math.prod(len(values) for values in (entry.get("grid") or {}).values())
                      for r, entry in runs.items()},
+        point_ids={r: frozenset(map(point_id, grid_points(entry["grid"]))) if entry.get("grid") else frozenset()
+                   for r, entry in runs.items()},
     )
 
 
@@ -101,6 +110,19 @@ def offline_datasets(datasets: Mapping, pinned: Mapping[str, str]) -> set[str]:
     """Names of the registry's ``datasets`` whose raw files all have a pinned digest: those a mirror
     (the bundled Planetoid files, ``../shared/datasets``) provides offline, verified."""
     return {name for name, spec in datasets.items() if set(spec.raw_files) <= set(pinned)}
+
+
+def current_runs(plan: StudyPlan, runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``(current, stale)``: the runs of ``runs`` (of ``plan``'s study) made at a grid point their row still has
+    (no point for a row without a grid), and the rows of ``plan`` with runs that are not (made before the row's
+    ``grid`` changed: they stay in the snapshot's tables but no longer count as done)."""
+    if "grid_point" not in runs or runs.empty:
+        return runs, []
+    points = runs["grid_point"].map(lambda v: "" if pd.isna(v) else str(v))
+    current = pd.Series([point in plan.point_ids.get(row, frozenset()) if point else not plan.point_ids.get(row)
+                         for row, point in zip(runs["run"], points)], index=runs.index, dtype=bool)
+    stale = set(runs.loc[~current, "run"])
+    return runs[current], [row for row in plan.rows if row in stale]
 
 
 def complete_seeds(runs: pd.DataFrame, rows: Iterable[str], clients: Iterable[int]) -> list[int]:
@@ -157,7 +179,9 @@ def coverage_cell(plan: StudyPlan, dataset: str, runs: pd.DataFrame, offline: se
                   paper_seeds: int, costs: Mapping[tuple, float] | None = None) -> dict:
     """One row of the coverage table: ``plan`` on ``dataset`` given ``runs`` (rows of runs.csv or a
     metrics CSV of that study and dataset, any status); what is left to run and its cost
-    (:func:`remaining_cost`, ``costs`` from every study's runs, :func:`row_costs`) where the data is offline."""
+    (:func:`remaining_cost`, ``costs`` from every study's runs, :func:`row_costs`) where the data is offline.
+    Runs of a grid point the study no longer has do not count (:func:`current_runs`)."""
+    runs, stale = current_runs(plan, runs)
     ok = runs[runs["status"] == "ok"]
     clients = plan.clients.get(dataset, ())
     seeds_ok = sorted(int(s) for s in ok["seed"].unique())
@@ -185,6 +209,7 @@ def coverage_cell(plan: StudyPlan, dataset: str, runs: pd.DataFrame, offline: se
             "seeds_ok": len(seeds_ok), "seeds_complete": len(complete), "seeds_paper": paper_seeds,
             "seeds_study": len(plan.seeds), "rows_run": int(ok["run"].nunique()), "rows_trained": len(plan.rows),
             "rows_missing": " ".join(r for r in plan.rows if r not in set(ok["run"])) if seeds_ok else "",
+            "rows_stale": " ".join(stale),
             "clients_run": " ".join(str(k) for k in sorted(ok["clients"].astype(int).unique())),
             "clients": " ".join(str(k) for k in clients), "jobs_left": jobs,
             "cpu_h_left": None if seconds is None else round(seconds / 3600, 2), "jobs_unknown_cost": unknown,
@@ -233,7 +258,8 @@ def item_rows(items: Iterable[dict], paper_seeds: Mapping[str, int]) -> pd.DataF
 
 def blank_texts(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with its missing text fields (a stats or item row's, or read back from CSV) as ``""``."""
-    texts = [c for c in ("study", "rows_missing", "clients_run", "clients", "reason", "note") if c in table]
+    texts = [c for c in ("study", "rows_missing", "rows_stale", "clients_run", "clients", "reason", "note")
+             if c in table]
     return table.assign(**{c: table[c].astype(object).where(table[c].notna(), "") for c in texts})
 
 
@@ -281,6 +307,8 @@ def detail_text(row: Mapping) -> str:
                  f"clients {row['clients_run']} of {row['clients']}"]
     else:
         parts = [row["reason"]]
+    if row.get("rows_stale"):
+        parts.append(f"runs of an earlier grid of {row['rows_stale']}, not counted")
     left = left_text(row)
     return "; ".join(parts + ([left] if left else [])) + (f". {row['note']}" if row["note"] else "")
 
