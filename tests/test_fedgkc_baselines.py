@@ -145,6 +145,18 @@ def test_svd_rank_keeps_the_requested_energy():
     assert fedkd.svd_rank(torch.tensor([3.0, 2.0, 1.0]), 1.0) == 3
 
 
+@pytest.mark.parametrize("shape", [(64, 300), (300, 64), (7, 7)])
+def test_thin_svd_of_wide_and_tall_matrices_is_torchs_up_to_rounding(shape):
+    p = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    u, s, vh = fedkd.thin_svd(p)
+    k = min(shape)
+    assert (u.shape, s.shape, vh.shape) == ((shape[0], k), (k,), (k, shape[1]))
+    torch.testing.assert_close(s, torch.linalg.svdvals(p))
+    torch.testing.assert_close((u * s) @ vh, p, atol=1e-5, rtol=0)
+    torch.testing.assert_close(u.T @ u, torch.eye(k), atol=1e-5, rtol=0)
+    torch.testing.assert_close(vh @ vh.T, torch.eye(k), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("energy", [0.5, 0.95, 0.98])
 def test_fedkd_compression_is_smaller_and_within_the_energy_threshold(energy):
     gen = torch.Generator().manual_seed(0)

@@ -72,6 +72,18 @@ def svd_rank(singular: Tensor, energy: float) -> int:
     return min(int((share < energy).sum()) + 1, singular.numel())
 
 
+def thin_svd(p: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``torch.linalg.svd(p, full_matrices=False)`` of a matrix ``p [m, n]``: ``U [m, k]``, ``s [k]``,
+    ``V^T [k, n]``, ``k = min(m, n)``. A wide matrix (a linear layer's ``[out, in]`` weight on
+    bag-of-words input) is factored as its transpose, ``p^T = U' S V'^T`` -> ``U = V'``, ``V^T = U'^T``:
+    LAPACK's path for tall matrices is about 4.5x faster on ``[64, 3703]`` (11.4 -> 2.5 ms, one
+    thread); the factors agree with the direct ones up to float rounding and column signs."""
+    if p.size(0) >= p.size(1):
+        return torch.linalg.svd(p, full_matrices=False)
+    u, s, vh = torch.linalg.svd(p.T, full_matrices=False)
+    return vh.T, s, u.T
+
+
 def compress(params: dict[str, Tensor], energy: float) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Split ``params`` into tensors sent as they are and truncated SVD factors.
 
@@ -83,7 +95,7 @@ def compress(params: dict[str, Tensor], energy: float) -> tuple[dict[str, Tensor
     full, factors = {}, {}
     for name, p in params.items():
         if p.dim() == 2 and min(p.shape) > 1 and bool(p.any()):
-            u, s, vh = torch.linalg.svd(p, full_matrices=False)
+            u, s, vh = thin_svd(p)
             r = svd_rank(s, energy)
             if r * (sum(p.shape) + 1) < p.numel():
                 factors.update(zip((name + f for f in FACTORS), (u[:, :r], s[:r], vh[:r])))
