@@ -229,9 +229,29 @@ def split_aggregate(aggregate: list[str]) -> tuple[list[str], list[str]]:
     return aggregate[:cut], aggregate[cut:]
 
 
+def run_group(path: str) -> tuple[str, ...]:
+    """The run a run JSON's path belongs to, grid point left out:
+    ``.../runs/<study>/<run>[@<point>]/<dataset>/<scheme>/k<K>/seed<S>.json`` -> its parts with ``<run>``."""
+    parts = list(Path(path).parts)
+    parts[-5] = parts[-5].split("@")[0]
+    return tuple(parts)
+
+
 def present_runs(aggregate: list[str], root: Path = REPO) -> list[str]:
-    """The run JSONs of a ``fgl-aggregate`` argv that exist under ``root``."""
-    return [path for path in split_aggregate(aggregate)[1] if (root / path).is_file()]
+    """The run JSONs of a ``fgl-aggregate`` argv that exist under ``root``, except those of a grid run
+    (one ``<run>@<point>`` JSON per point) with some of its points missing: aggregating those would pick the
+    best of the points present, not of the grid (printed, and left out until every point has run)."""
+    groups: dict[tuple, list[str]] = {}
+    for path in split_aggregate(aggregate)[1]:
+        groups.setdefault(run_group(path), []).append(path)
+    present = []
+    for group, paths in groups.items():
+        have = [path for path in paths if (root / path).is_file()]
+        if have and len(have) < len(paths):
+            print(f"left out: {len(have)} of the {len(paths)} grid points of {'/'.join(group)}", flush=True)
+        elif have:
+            present += have
+    return present
 
 
 def run_dataset(path: str) -> str:

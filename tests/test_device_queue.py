@@ -159,6 +159,22 @@ def test_runs_made_by_the_queue_fold_into_the_snapshot_seed_by_seed(repo, tmp_pa
     assert "2 with every row and client count; the study lists 2" in (work / "docs/results/COVERAGE.md").read_text()
 
 
+def test_fold_leaves_out_a_grid_run_until_every_point_has_run(tmp_path, capsys):
+    path = "results/runs/s/{run}/Cora/metis/k{k}/seed0.json"
+    points = [path.format(run=f"fedgkd@tau={tau}", k=k) for k in (5, 10) for tau in (0.05, 0.5)]
+    plain = path.format(run="fedavg", k=5)
+    for done in [*points[:3], plain]:  # k10's tau=0.5 point has not run
+        (tmp_path / done).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / done).write_text("{}")
+    aggregate = ["fgl-aggregate", "--out-curves", "c.csv", *points, plain]
+    assert device_queue.present_runs(aggregate, root=tmp_path) == [*points[:2], plain]
+    left_out = "left out: 1 of the 2 grid points of results/runs/s/fedgkd/Cora/metis/k10/seed0.json"
+    assert left_out in capsys.readouterr().out
+    (tmp_path / points[3]).parent.mkdir(parents=True)
+    (tmp_path / points[3]).write_text("{}")
+    assert device_queue.present_runs(aggregate, root=tmp_path) == [*points, plain]
+
+
 def test_fold_aggregates_only_the_runs_present_and_takes_its_files_from_the_snapshots_checkout(tmp_path):
     present, absent = (f"results/runs/s/fedavg/Cora/louvain/k3/seed{seed}.json" for seed in (0, 1))
     (tmp_path / present).parent.mkdir(parents=True)
