@@ -237,16 +237,22 @@ def run_group(path: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
+def existing_runs(aggregate: list[str], root: Path = REPO) -> list[str]:
+    """The run JSONs of a ``fgl-aggregate`` argv that exist under ``root``."""
+    return [path for path in split_aggregate(aggregate)[1] if (root / path).is_file()]
+
+
 def present_runs(aggregate: list[str], root: Path = REPO) -> list[str]:
-    """The run JSONs of a ``fgl-aggregate`` argv that exist under ``root``, except those of a grid run
-    (one ``<run>@<point>`` JSON per point) with some of its points missing: aggregating those would pick the
-    best of the points present, not of the grid (printed, and left out until every point has run)."""
+    """:func:`existing_runs`, except those of a grid run (one ``<run>@<point>`` JSON per point) with some of its
+    points missing: aggregating those would pick the best of the points present, not of the grid (printed, and
+    left out until every point has run)."""
     groups: dict[tuple, list[str]] = {}
     for path in split_aggregate(aggregate)[1]:
         groups.setdefault(run_group(path), []).append(path)
+    existing = set(existing_runs(aggregate, root))
     present = []
     for group, paths in groups.items():
-        have = [path for path in paths if (root / path).is_file()]
+        have = [path for path in paths if path in existing]
         if have and len(have) < len(paths):
             print(f"left out: {len(have)} of the {len(paths)} grid points of {'/'.join(group)}", flush=True)
         elif have:
@@ -292,7 +298,7 @@ def fold(args) -> None:
     for study in args.studies:
         commands = shell_commands(study_config([study], "all"), ("snapshot",))
         datasets = sorted({run_dataset(path) for argv in commands if argv[0] == "fgl-aggregate"
-                           for path in present_runs(argv)})
+                           for path in existing_runs(argv)})
         if datasets:
             dry_runs.append(shell_commands(study_config([study], datasets), ("snapshot",)))
         else:
