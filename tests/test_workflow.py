@@ -266,8 +266,9 @@ def test_skip_runs_leaves_rows_out_of_a_study(repo, tmp_path):
     assert train_jobs() - train_jobs("skip_runs=[fedsage_plus,fedtad_noise]") == 2 * 3 * 3
 
 
-def train_requests(repo, workdir, *config) -> dict[tuple[str, int], tuple[int, int]]:
-    """``(run, clients) -> (mem_mb, runtime)`` of the training jobs of a dry run of FedTAD Table 2 on Cora."""
+def train_requests(repo, workdir, *config) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``(run, clients) -> (mem_mb, runtime, priority)`` of the training jobs of a dry run of FedTAD Table 2 on
+    Cora (seed 0)."""
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(workdir),
          "--configfile", str(repo / "config" / "config.yaml"), "--dry-run",
@@ -279,8 +280,9 @@ def train_requests(repo, workdir, *config) -> dict[tuple[str, int], tuple[int, i
     requests = {}
     for block in proc.stdout.split("rule train:")[1:]:
         run, clients = re.search(r"run=(\w+)", block).group(1), int(re.search(r"clients=(\d+)", block).group(1))
+        priority = re.search(r"^\s+priority: (\d+)$", block, flags=re.M)
         requests[run, clients] = (int(re.search(r"mem_mb=(\d+)", block).group(1)),
-                                  int(re.search(r"runtime=(\d+)", block).group(1)))
+                                  int(re.search(r"runtime=(\d+)", block).group(1)), int(priority.group(1)))
     return requests
 
 
@@ -289,20 +291,38 @@ def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_pat
     rows keep the small-dataset request."""
     requests = train_requests(repo, tmp_path)
     # FedSage+: its runtime as the study declares it, its memory from the measured peaks per client count
-    assert [requests["fedsage_plus", k] for k in (5, 10, 20)] == [(2500, 120), (4000, 120), (6500, 120)]
-    assert requests["fedavg", 10] == (2000, 30)
+    assert [requests["fedsage_plus", k][:2] for k in (5, 10, 20)] == [(2500, 120), (4000, 120), (6500, 120)]
+    assert requests["fedavg", 10] == (2000, 30, 1800)  # never measured: the class's 30 min, as a long job
 
 
-def test_a_job_that_ran_in_the_snapshot_declares_its_measured_peak(repo, tmp_path):
-    """With ``measured_peaks`` naming a runs.csv, a job whose run, dataset and client count ran there on the
-    CPU declares 1.25 x its highest peak (before FedSage+'s fit and the size class); others keep theirs."""
-    runs_csv = tmp_path / "peaks.csv"
-    runs_csv.write_text("study,run,dataset,clients,seed,status,device,peak_memory_mb\n"
-                        "fedtad_table2,fedavg,Cora,10,0,ok,cpu,3000\n"
-                        "fedtad_table2,fedsage_plus,Cora,5,0,ok,cpu,1000\n")
-    memory = {cell: mem for cell, (mem, _) in train_requests(repo, tmp_path, f"measured_peaks={runs_csv}").items()}
-    assert (memory["fedavg", 10], memory["fedavg", 5], memory["fedsage_plus", 5], memory["fedsage_plus", 10]) == \
-        (4000, 2000, 1500, 4000)
+def test_a_job_that_ran_in_the_snapshot_declares_what_it_measured(repo, tmp_path):
+    """With ``measured_runs`` naming a runs.csv, a job whose run, dataset and client count ran there on the
+    CPU declares 1.25 x its highest peak (before FedSage+'s fit and the size class) and 3 x its highest CPU
+    time, unless its study declares a runtime, and its CPU seconds as its priority; others keep theirs."""
+    runs_csv = tmp_path / "measured.csv"
+    runs_csv.write_text("study,run,dataset,clients,seed,status,device,peak_memory_mb,cpu_s\n"
+                        "fedtad_table2,fedavg,Cora,10,0,ok,cpu,3000,1000\n"
+                        "fedtad_table2,fedsage_plus,Cora,5,0,ok,cpu,1000,600\n")
+    requests = train_requests(repo, tmp_path, f"measured_runs={runs_csv}")
+    assert requests["fedavg", 10] == (4000, 50, 1000)
+    assert requests["fedavg", 5] == (2000, 30, 1800)
+    assert requests["fedsage_plus", 5] == (1500, 120, 600)  # the study declares FedSage+'s runtime
+    assert requests["fedsage_plus", 10][:2] == (4000, 120)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("dearer, cheaper", [("fedprox", "fedavg"), ("fedavg", "fedprox")])
+def test_the_dearest_measured_training_job_starts_first(repo, tmp_path, dearer, cheaper):
+    """On one core, training jobs that are ready together start in the order of their measured cost
+    (``priority``), whichever row of the study the measurements make the dearer."""
+    work = make_workdir(repo, tmp_path, {**TINY_STUDY, "seeds": [0]})
+    (work / "measured.csv").write_text("study,run,dataset,clients,seed,status,device,peak_memory_mb,cpu_s\n"
+                                       f"tiny,{cheaper},Cora,3,0,ok,cpu,500,5\n"
+                                       f"tiny,{dearer},Cora,3,0,ok,cpu,500,500\n")
+    proc = snakemake(work, "--cores", "1", "--until", "train", "--config", "measured_runs=measured.csv")
+    started = re.findall(r"^(?:local)?rule train:\n(?:.*\n)*?\s+wildcards: study=tiny, run=(\w+)", proc.stderr,
+                         flags=re.M)
+    assert started == [dearer, cheaper], proc.stderr[-3000:]
 
 
 #: `snakemake --lint` findings the Snakefile's header explains (no per-rule conda env; PATH is extended).

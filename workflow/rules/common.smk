@@ -16,7 +16,7 @@ from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.io import archive_problem, damaged_message, read_yaml
 from fglrepro.methods import METHOD_MODULES
 from fglrepro.report.figure_kinds import FIGURE_INPUTS
-from fglrepro.resources import measured_mem_mb, measured_peaks
+from fglrepro.resources import declared_mb, declared_minutes, lookup, measured, priority
 from fglrepro.source_files import method_files, source_closure
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
@@ -296,27 +296,37 @@ def fedsage_plus_mem_mb(entry, dataset, clients):
     return 500 * int(-(-FEDSAGE_PLUS_MEMORY_MARGIN * (base + int(clients) * per_client) // 500))
 
 
-#: Peak memory of the snapshot's runs (config ``measured_peaks``, fglrepro.resources): what a job that ran declares.
-MEASURED_PEAKS = measured_peaks(config["measured_peaks"]) if config["measured_peaks"] else {}
+#: Peak memory and cost of the snapshot's runs (config ``measured_runs``, fglrepro.resources).
+MEASURED = measured(config["measured_runs"]) if config["measured_runs"] else measured("")
 
 
 def run_resources(wildcards, key):
     """A training job's ``mem_mb``/``runtime``: the run's ``resources`` (or its dataset's
-    ``per_dataset`` override) when the study sets them; else for ``mem_mb`` the snapshot's measured
-    peak of the same run, dataset and client count (:func:`fglrepro.resources.measured_mem_mb`), else
-    for FedSage+ the memory of :func:`fedsage_plus_mem_mb`; else the dataset's size class."""
+    ``per_dataset`` override) when the study sets them; else from the snapshot's measurements of the
+    same run, dataset and client count (:func:`fglrepro.resources.declared_mb` of the highest peak,
+    :func:`~fglrepro.resources.declared_minutes` of the highest cost); else for FedSage+'s memory
+    :func:`fedsage_plus_mem_mb`; else the dataset's size class."""
     entry = run_entry(wildcards.study, wildcards.run)
     entry = _merge(entry, entry.get("per_dataset", {}).get(wildcards.dataset, {}))
     declared = entry.get("resources", {})
     if key in declared:
         return declared[key]
+    table, declare = (MEASURED.peak_mib, declared_mb) if key == "mem_mb" else (MEASURED.seconds, declared_minutes)
+    value = lookup(table, wildcards.study, wildcards.run, wildcards.dataset, wildcards.clients)
+    if value is not None:
+        return declare(value)
     if key == "mem_mb":
-        for measured in (measured_mem_mb(MEASURED_PEAKS, wildcards.study, wildcards.run, wildcards.dataset,
-                                         wildcards.clients),
-                         fedsage_plus_mem_mb(entry, wildcards.dataset, wildcards.clients)):
-            if measured is not None:
-                return measured
+        fedsage_plus = fedsage_plus_mem_mb(entry, wildcards.dataset, wildcards.clients)
+        if fedsage_plus is not None:
+            return fedsage_plus
     return dataset_resources(wildcards.dataset, key)
+
+
+def run_priority(wildcards):
+    """A training job's Snakemake ``priority``: its highest measured cost in seconds, else its dataset's
+    class runtime (:func:`fglrepro.resources.priority`), so the dearest jobs start first."""
+    seconds = lookup(MEASURED.seconds, wildcards.study, wildcards.run, wildcards.dataset, wildcards.clients)
+    return priority(seconds, dataset_resources(wildcards.dataset, "runtime"))
 
 
 # ---- code dependencies: editing a module reruns exactly the jobs that use it -------------

@@ -12,6 +12,7 @@ rule train:
         device=config["device"],
         code=train_code,
     threads: config["train_threads"]
+    priority: run_priority
     resources:
         mem_mb=lambda w: run_resources(w, "mem_mb"),
         runtime=lambda w: run_resources(w, "runtime"),
