@@ -79,16 +79,32 @@ def test_unit_masks_without_penalties_take_fedavg_first_step_bit_for_bit(sbm):
 
 def test_l1_penalty_shrinks_masks(sbm):
     def mean_mask(l1):
-        method = make_method(sbm, "fedpub", {"l1": l1}, local_epochs=20)
+        method = make_method(sbm, "fedpub", {"l1": l1, "penalty_gradients": True}, local_epochs=20)
         method.client_update(0, 1)
         return float(torch.cat([m.detach().flatten() for m in method.states[0].model.masks()]).abs().mean())
 
     assert mean_mask(0.1) < mean_mask(0.0) - 0.05
 
 
+def test_as_in_the_code_the_penalties_reach_no_gradient_by_default(sbm):
+    """The authors' code adds both terms on detached ``state_dict()`` tensors: with the default
+    ``penalty_gradients: false`` any ``l1`` / ``loc_l2`` trains exactly as none does."""
+    def trained(hparams, round_):
+        method = make_method(sbm, "fedpub", hparams, local_epochs=4)
+        torch.manual_seed(0)
+        upload = method.client_update(0, round_)
+        return upload.loss, dict(method.states[0].model.named_parameters())
+
+    for round_ in (1, 2):
+        loss, params = trained({"l1": 0.0, "loc_l2": 0.0}, round_)
+        loss_penalised, params_penalised = trained({"l1": 0.1, "loc_l2": 1.0}, round_)
+        assert loss == loss_penalised
+        assert all(torch.equal(params[name], params_penalised[name]) for name in params)
+
+
 def test_proximal_term_pulls_towards_received_model_from_round_two(sbm):
     def drift(loc_l2, round_):
-        method = make_method(sbm, "fedpub", {"loc_l2": loc_l2}, local_epochs=8)
+        method = make_method(sbm, "fedpub", {"loc_l2": loc_l2, "penalty_gradients": True}, local_epochs=8)
         start = parameters_of(method.global_model)
         method.client_update(0, round_)
         return sum(float((p - start[n]).norm()) for n, p in parameters_of(method.states[0].model).items()

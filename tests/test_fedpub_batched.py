@@ -27,7 +27,8 @@ def test_block_model_edges_are_pyg_stochastic_blockmodel_graph(num_blocks, block
 
 def fedpub(graph, engine, participation=1.0, dropout=0.0, hparams=None):
     fed = federation(graph, clients=4, dropout=dropout, readout=True, engine=engine, participation=participation)
-    return build_method(resolve_method("fedpub", {"tau": 3.0, "l1": 0.05, **(hparams or {})}), fed)
+    hparams = {"tau": 3.0, "l1": 0.05, "penalty_gradients": True, **(hparams or {})}
+    return build_method(resolve_method("fedpub", hparams), fed)
 
 
 def masked_parameters(method, k):
@@ -41,13 +42,16 @@ def prune_some_masks(method):
             state.model.convs[0].lin.mask[:, :3] = 0.043
 
 
+@pytest.mark.parametrize("penalty_gradients", [True, False])
 @pytest.mark.parametrize("participation", [1.0, 0.5])
-def test_fast_rounds_equal_the_sequential_rounds(sbm, participation):
+def test_fast_rounds_equal_the_sequential_rounds(sbm, participation, penalty_gradients):
     """Without dropout both paths are deterministic: three rounds (the proximal term from
     round two, partly pruned masks in the embeddings) give the same losses, masked models,
     embeddings and personalised models up to float rounding, and the batched tests of the
     pruned GCNs the metrics of the masked models."""
-    ref, fast = fedpub(sbm, None, participation), fedpub(sbm, "batched", participation)
+    hparams = {"penalty_gradients": penalty_gradients}
+    ref = fedpub(sbm, None, participation, hparams=hparams)
+    fast = fedpub(sbm, "batched", participation, hparams=hparams)
     assert fast.batched and not ref.batched
     prune_some_masks(ref)
     prune_some_masks(fast)

@@ -4,8 +4,12 @@ The server draws one random proxy graph. After local training each client upload
 weights and its *functional embedding* (the mean output of its GCN layers on the proxy
 graph); the server sends client i the average of the uploads weighted by
 ``exp(tau * cos(e_i, e_j))`` (times n_j). Clients train a GCN whose weights are multiplied
-element-wise by learnable personalised masks that never leave the client, with an L1
-sparsity penalty on the masks and a proximal term to the received weights.
+element-wise by learnable personalised masks that never leave the client. The paper adds an L1
+sparsity penalty on the masks and a proximal term to the received weights; the authors' code
+(``models/fedpub/client.py``) and OpenFGL's copy compute both on ``model.state_dict()``, whose
+tensors are detached, so the terms change the logged loss and never a gradient. By default
+(``penalty_gradients: false``) training follows the code: cross-entropy only, the masks
+still pruned below ``l1`` at evaluation; ``penalty_gradients: true`` trains with both terms.
 
 On the vectorised engine (``train.engine`` other than ``sequential``) the clients' local
 steps, masks included, run as one batched computation (:class:`StackedMaskedGCN` on the
@@ -52,6 +56,9 @@ class FedPubHparams:
     weight_by_size: multiply the similarity weights by the client node counts n_j, so that
         identical embeddings give FedAvg's n_j / N (the authors' code weights by similarity
         only: set False for that).
+    penalty_gradients: train with the L1 and proximal terms (the paper's objective); False,
+        as in the code, leaves them out of the gradient (they only changed the code's logged
+        loss) and out of the reported loss.
     """
 
     tau: float = 10.0
@@ -61,6 +68,7 @@ class FedPubHparams:
     proxy_block_size: int = 100
     proxy_p_in: float = 0.1
     weight_by_size: bool = True
+    penalty_gradients: bool = False
 
     def __post_init__(self) -> None:
         for key in ("l1", "loc_l2"):
@@ -307,9 +315,11 @@ class FedPub(FederatedMethod):
         """Load the received weights into client ``k``'s model (masks kept)."""
         load_parameters(self.states[k].model, parameters_of(self.received_model(k)))
 
-    def extra_loss(self, k: int, round_: int) -> ExtraLoss:
+    def extra_loss(self, k: int, round_: int) -> ExtraLoss | None:
         """``l1 * sum ||M||_1 + loc_l2 * sum_l ||theta_l - received_l||_2`` (no proximal
-        term in the first round, as in the code)."""
+        term in the first round, as in the code) with ``penalty_gradients``, else none."""
+        if not self.hparams.penalty_gradients:
+            return None
         l1, loc_l2 = self.hparams.l1, self.hparams.loc_l2
         proximal = loc_l2 > 0 and round_ > 1
         received = parameters_of(self.received_model(k))
@@ -335,17 +345,19 @@ class FedPub(FederatedMethod):
     def batched_client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
         """The participants' rounds as one computation: every :meth:`receive`,
         ``train.local_epochs`` steps of all their masked GCNs on the engine's union of their
-        graphs (each client's loss its own: cross-entropy plus :meth:`batched_penalties`; one
-        stacked Adam step), then :meth:`functional_embeddings` and the uploads."""
+        graphs (each client's loss its own: cross-entropy, plus :meth:`batched_penalties` with
+        ``penalty_gradients``; one stacked Adam step), then :meth:`functional_embeddings` and
+        the uploads."""
         engine = self.federation.engine
         for k in ks:
             self.receive(k, round_)
         batch = engine.batch(ks)
-        penalties = self.batched_penalties(ks, round_)
+        penalties = self.batched_penalties(ks, round_) if self.hparams.penalty_gradients else None
 
         def loss(params: list[Tensor], _epoch: int) -> Tensor:
             out = self.stacked.forward(self.stacked.masked(params), batch, training=True)
-            return engine.cross_entropy(out) + penalties(params)
+            cross_entropy = engine.cross_entropy(out)
+            return cross_entropy if penalties is None else cross_entropy + penalties(params)
 
         losses, _ = train_rows(self.stacks, ks, self.federation.train.local_epochs, loss, self.optimizer)
         embeddings = self.functional_embeddings(ks)
