@@ -16,7 +16,7 @@ from fglrepro.grid import point_entry, run_ids, split_run_id
 from fglrepro.io import archive_problem, damaged_message, read_yaml
 from fglrepro.methods import METHOD_MODULES
 from fglrepro.report.figure_kinds import FIGURE_INPUTS
-from fglrepro.resources import declared_mb, declared_minutes, lookup, measured, priority
+from fglrepro.resources import Measured, declared_mb, declared_minutes, lookup, measured, priority
 from fglrepro.source_files import method_files, source_closure
 from fglrepro.validation import config_problems, load_studies, partition_spec, run_partition_spec
 from fglrepro.validation import merge as _merge
@@ -297,7 +297,7 @@ def fedsage_plus_mem_mb(entry, dataset, clients):
 
 
 #: Peak memory and cost of the snapshot's runs (config ``measured_runs``, fglrepro.resources).
-MEASURED = measured(config["measured_runs"]) if config["measured_runs"] else measured("")
+MEASURED = measured(config["measured_runs"]) if config["measured_runs"] else Measured({}, {})
 
 
 def run_resources(wildcards, key):
