@@ -1,7 +1,9 @@
-"""Fed-PUB: personalised similarity weights, masked GCN, what is communicated."""
+"""Fed-PUB: personalised similarity weights, masked GCN (and other masked architectures), what is
+communicated."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -13,7 +15,15 @@ from fglrepro.config import ConfigError, EvalConfig, ModelConfig, from_dict
 from fglrepro.fl.aggregation import parameters_of, weighted_average
 from fglrepro.fl.loop import run_federation
 from fglrepro.methods import get_method
-from fglrepro.methods.fedpub import FedPubHparams, MaskedLinear, personalized_weights, proxy_graph
+from fglrepro.methods.fedpub import (
+    FedPubHparams,
+    MaskedLinear,
+    masks_of,
+    personalized_weights,
+    proxy_graph,
+    shared_parameters,
+)
+from fglrepro.models import edge_index_of
 
 
 def test_identical_embeddings_reduce_to_fedavg_weights():
@@ -64,9 +74,14 @@ def test_server_sends_fedavg_when_embeddings_agree_and_personalises_otherwise(sb
             assert torch.allclose(p, fedavg[name], atol=1e-6)
 
 
-def test_unit_masks_without_penalties_take_fedavg_first_step_bit_for_bit(sbm):
-    avg = make_method(sbm, "fedavg", local_epochs=1)
-    pub = make_method(sbm, "fedpub", {"l1": 0.0, "loc_l2": 0.0}, local_epochs=1)
+#: a model of each architecture Fed-PUB masks (width 16, as the tests' default GCN).
+ARCHS = {arch: ModelConfig(arch=arch, hidden=16) for arch in ("gcn", "sage", "gat", "gin", "sgc")}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_unit_masks_without_penalties_take_fedavg_first_step_bit_for_bit(sbm, arch):
+    avg = make_method(sbm, "fedavg", model=ARCHS[arch], local_epochs=1)
+    pub = make_method(sbm, "fedpub", {"l1": 0.0, "loc_l2": 0.0}, model=ARCHS[arch], local_epochs=1)
     for k in range(3):
         torch.manual_seed(k)  # same dropout masks
         a = avg.client_update(k, 1)
@@ -81,7 +96,7 @@ def test_l1_penalty_shrinks_masks(sbm):
     def mean_mask(l1):
         method = make_method(sbm, "fedpub", {"l1": l1, "penalty_gradients": True}, local_epochs=20)
         method.client_update(0, 1)
-        return float(torch.cat([m.detach().flatten() for m in method.states[0].model.masks()]).abs().mean())
+        return float(torch.cat([m.detach().flatten() for m in masks_of(method.states[0].model)]).abs().mean())
 
     assert mean_mask(0.1) < mean_mask(0.0) - 0.05
 
@@ -114,23 +129,26 @@ def test_proximal_term_pulls_towards_received_model_from_round_two(sbm):
     assert drift(1.0, 1) == drift(0.0, 1)
 
 
-def test_masks_stay_local(sbm):
-    method = make_method(sbm, "fedpub")
+@pytest.mark.parametrize("arch", ["gcn", "sage", "sgc"])
+def test_masks_stay_local(sbm, arch):
+    method = make_method(sbm, "fedpub", model=ARCHS[arch])
     models = client_models(method)
     for round_ in (1, 2):
         uploads = all_clients(method, round_)
         assert not any("mask" in name for u in uploads.values() for name in [*u.params, *u.extras])
-        trained = [[m.detach().clone() for m in model.masks()] for model in models]
+        trained = [[m.detach().clone() for m in masks_of(model)] for model in models]
         method.server_update(round_, uploads)
         for k in uploads:
             method.on_download(k, round_)
         for k in range(3):
-            assert all(torch.equal(a, b) for a, b in zip(trained[k], models[k].masks()))
+            assert all(torch.equal(a, b) for a, b in zip(trained[k], masks_of(models[k])))
             received = parameters_of(method.states[k].received)
             model = method.eval_model(k, "global")
             assert model is models[k]  # the masked model is tested
-            assert all(torch.equal(p, received[n]) for n, p in parameters_of(model).items() if n in received)
-    assert not torch.equal(models[0].masks()[0], models[1].masks()[0])
+            shared = shared_parameters(model)
+            assert shared.keys() == received.keys()
+            assert all(torch.equal(p, received[n]) for n, p in shared.items())
+    assert not torch.equal(masks_of(models[0])[0], masks_of(models[1])[0])
     assert len(method.server_models()) == 3
 
 
@@ -152,7 +170,7 @@ def test_teacher_is_the_uploaded_model(sbm):
     assert all(torch.equal(p, upload.params[n]) for n, p in parameters_of(teacher).items())
     student = method.states[1].model
     with torch.no_grad():
-        for mask in student.masks():
+        for mask in masks_of(student):
             mask.fill_(1.0)
     teacher.eval(), student.eval()
     client = method.clients[1]
@@ -202,9 +220,60 @@ def test_proxy_graph_is_seeded_block_diagonal_and_leaves_global_rng_alone():
     assert (dense > 0).sum() > 60  # edges beyond the self loops
 
 
-def test_fedpub_needs_a_gcn():
-    assert_refused(method_problems("fedpub", model=ModelConfig(arch="sgc")), r"fedpub.*model.arch 'gcn'.*'sgc'")
-    assert method_problems("fedpub", model=ModelConfig(arch="gcn", readout=True)) == []
+def test_fedpub_needs_an_architecture_with_graph_layers():
+    assert_refused(method_problems("fedpub", model=ModelConfig(arch="appnp")), r"fedpub.*'sgc'.*arch 'appnp'")
+    assert_refused(method_problems("fedpub", model=ModelConfig(arch="gcn", readout=True, jk="max")),
+                   r"fedpub.*without model.jk.*jk 'max'")
+    assert_refused(method_problems("fedpub", model=ModelConfig(arch="sgc", readout=True)), r"fedpub.*readout True")
+    for arch in ARCHS:
+        assert method_problems("fedpub", model=ModelConfig(arch=arch, readout=arch != "sgc")) == []
+
+
+@pytest.mark.parametrize("arch", ["sage", "gat", "gin", "sgc"])
+def test_masked_copy_masks_every_weight_matrix_and_keeps_the_plain_names(sbm, arch):
+    """A masked copy has one mask per weight matrix (none on biases or GAT's attention vectors),
+    its shared parameters are the plain model's (names and values), it computes the plain
+    model's outputs while its masks are ones, and evaluation prunes small mask entries."""
+    method = make_method(sbm, "fedpub", {"l1": 1e-3}, model=ARCHS[arch])
+    plain, masked = method.global_model, method.states[0].model
+    weights = [name for name, p in plain.named_parameters() if name.endswith("weight") and p.dim() >= 2]
+    assert len(masks_of(masked)) == len(weights) > 0
+    shared = shared_parameters(masked)
+    assert shared.keys() == parameters_of(plain).keys()
+    assert all(torch.equal(p, parameters_of(plain)[n]) for n, p in shared.items())
+    client = method.clients[0]
+    plain.eval(), masked.eval()
+    with torch.no_grad():
+        assert torch.equal(plain(client.x, client.adj), masked(client.x, client.adj))
+        masks_of(masked)[0].fill_(5e-4)  # below l1: pruned (zero) at evaluation, kept in training
+        assert torch.equal(masked(client.x, client.adj), _zero_first_weight(plain)(client.x, client.adj))
+        masked.train()
+        assert not torch.equal(masked(client.x, client.adj), _zero_first_weight(plain)(client.x, client.adj))
+
+
+def _zero_first_weight(model):
+    """A copy of ``model`` in evaluation mode with its first weight matrix set to zero."""
+    zeroed = copy.deepcopy(model).eval()
+    first = next(p for name, p in zeroed.named_parameters() if name.endswith("weight") and p.dim() >= 2)
+    first.data.zero_()
+    return zeroed
+
+
+@pytest.mark.parametrize("readout", [False, True])
+def test_functional_embedding_is_the_last_graph_layer_on_the_proxy_graph(sbm, readout):
+    """Of a SAGE model: without readout the mean of its logits over the proxy nodes, with readout
+    the mean of the last convolution's output before its activation (FED-PUB's ``is_proxy``)."""
+    method = make_method(sbm, "fedpub", model=ModelConfig(arch="sage", hidden=16, readout=readout))
+    plain = method.global_model.eval()
+    with torch.no_grad():
+        if readout:
+            hidden = torch.relu(plain.convs[0](method.proxy_x, edge_index_of(method.proxy_adj)))
+            expected = plain.convs[1](hidden, edge_index_of(method.proxy_adj)).mean(dim=0)
+        else:
+            expected = plain(method.proxy_x, method.proxy_adj).mean(dim=0)
+    embedding = method.functional_embedding(method.states[0].model)
+    assert embedding.shape == (16 if readout else 4,)
+    assert torch.allclose(embedding, expected, atol=1e-6)
 
 
 def test_invalid_hyperparameters_are_errors():

@@ -1,10 +1,12 @@
 """Fed-PUB (Baek et al., ICML 2023, "Personalized Subgraph Federated Learning").
 
 The server draws one random proxy graph. After local training each client uploads its
-weights and its *functional embedding* (the mean output of its GCN layers on the proxy
+weights and its *functional embedding* (the mean output of its last graph layer on the proxy
 graph); the server sends client i the average of the uploads weighted by
-``exp(tau * cos(e_i, e_j))`` (times n_j). Clients train a GCN whose weights are multiplied
-element-wise by learnable personalised masks that never leave the client. The paper adds an L1
+``exp(tau * cos(e_i, e_j))`` (times n_j). Clients train a GNN whose weights are multiplied
+element-wise by learnable personalised masks that never leave the client: the paper's GCN
+(:class:`MaskedGCN`), or any architecture of the zoo with graph layers (GraphSAGE, GAT, GIN, SGC:
+:func:`masked_copy`, for O-pFGL's Tables 19-20, on the per-client path). The paper adds an L1
 sparsity penalty on the masks and a proximal term to the received weights; the authors' code
 (``models/fedpub/client.py``) and OpenFGL's copy compute both on ``model.state_dict()``, whose
 tensors are detached, so the terms change the logged loss and never a gradient. By default
@@ -27,6 +29,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of, personalized_average, weighted_average
@@ -139,47 +142,94 @@ class MaskedGCN(nn.Module):
         self.to(next(gcn.parameters()).device)
         load_parameters(self, parameters_of(gcn))
 
-    def gcn_output(self, x: Tensor, adj: Tensor) -> tuple[Tensor, Tensor]:
-        """``(input of the last GCN layer [n, H], its output before activation [n, D])``."""
+    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x [n, F]``, ``adj [n, n]`` -> logits ``[n, C]`` (and the hidden input of the
+        last layer with ``return_hidden``), as :meth:`fglrepro.models.GCN.forward`."""
         hidden = x
         for i, conv in enumerate(self.convs):
             if i > 0:
                 x = dropout(F.relu(x), self.dropout, self.training)
             hidden = x
             x = conv(x, adj)
-        return hidden, x
-
-    def forward(self, x: Tensor, adj: Tensor, return_hidden: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``x [n, F]``, ``adj [n, n]`` -> logits ``[n, C]`` (and the hidden input of the
-        last layer with ``return_hidden``), as :meth:`fglrepro.models.GCN.forward`."""
-        hidden, x = self.gcn_output(x, adj)
         if self.readout is not None:
             hidden = dropout(F.relu(x), self.dropout, self.training)
             x = self.readout(hidden)
         return (hidden, x) if return_hidden else x
 
-    def shared_parameters(self) -> dict[str, Tensor]:
-        """Detached copy of the parameters that are communicated (all but the masks)."""
-        return {k: v for k, v in parameters_of(self).items() if not is_mask(k)}
-
-    def masks(self) -> list[Tensor]:
-        """The mask parameters (they stay on the client)."""
-        return [p for name, p in self.named_parameters() if is_mask(name)]
-
     @torch.no_grad()
     def pruned_gcn_parameters(self) -> dict[str, Tensor]:
         """The parameters (named as in :class:`~fglrepro.models.GCN`) of the GCN that computes
         this model's evaluation-mode outputs: every weight times its pruned mask."""
-        params = self.shared_parameters()
+        params = shared_parameters(self)
         for name, module in self.named_modules():
             if isinstance(module, MaskedLinear):
                 params[f"{name}.weight"] = module.masked_weight(pruned=True)
         return params
 
 
+class WeightMask(nn.Module):
+    """Parametrisation ``W -> W * M`` of a weight with a learnable mask ``M`` of its shape,
+    initialised to ones; in evaluation mode entries with ``|m| < prune_below`` count as zero
+    (as :class:`MaskedLinear`)."""
+
+    def __init__(self, weight: Tensor, prune_below: float) -> None:
+        super().__init__()
+        self.mask = nn.Parameter(torch.ones_like(weight))
+        self.prune_below = prune_below
+
+    def forward(self, weight: Tensor) -> Tensor:
+        mask = self.mask
+        if not self.training:
+            mask = mask.masked_fill(mask.abs() < self.prune_below, 0.0)
+        return weight * mask
+
+
+def masked_copy(model: nn.Module, prune_below: float) -> nn.Module:
+    """A copy of ``model`` (any architecture of the zoo) whose every weight matrix (a parameter
+    named ``weight`` with two or more dimensions) reads ``W * M`` (:class:`WeightMask`, through
+    :mod:`torch.nn.utils.parametrize`); biases and attention vectors stay unmasked, as in FED-PUB's
+    masked layers. Its parameter names, read through :func:`shared_name`, are ``model``'s."""
+    masked = copy.deepcopy(model)
+    for module in list(masked.modules()):
+        weight = module._parameters.get("weight")
+        if weight is not None and weight.dim() >= 2:
+            parametrize.register_parametrization(module, "weight", WeightMask(weight, prune_below))
+    return masked
+
+
 def is_mask(name: str) -> bool:
     """Whether parameter ``name`` is a personalised mask."""
     return name.split(".")[-1] == "mask"
+
+
+def shared_name(name: str) -> str:
+    """The plain model's name of a masked model's (not mask) parameter: a parametrised weight
+    ``<module>.parametrizations.weight.original`` is ``<module>.weight``."""
+    return name.replace(".parametrizations.weight.original", ".weight")
+
+
+def shared_parameters(model: nn.Module) -> dict[str, Tensor]:
+    """Detached copy of a masked model's communicated parameters (all but the masks), under
+    the plain model's names."""
+    return {shared_name(name): p.detach().clone() for name, p in model.named_parameters() if not is_mask(name)}
+
+
+def masks_of(model: nn.Module) -> list[Tensor]:
+    """The mask parameters of a masked model (they stay on the client)."""
+    return [p for name, p in model.named_parameters() if is_mask(name)]
+
+
+@torch.no_grad()
+def load_shared(model: nn.Module, params: dict[str, Tensor]) -> None:
+    """Copy a plain model's ``params`` into the masked ``model`` in place (masks kept)."""
+    for name, p in model.named_parameters():
+        if not is_mask(name) and shared_name(name) in params:
+            p.copy_(params[shared_name(name)])
+
+
+#: architectures Fed-PUB masks and embeds (:func:`masked_copy`; SGC without READOUT, see
+#: :meth:`FedPub.functional_embedding`).
+MASKED_ARCHS = ("gcn", "gat", "sage", "gin", "sgc")
 
 
 def proxy_graph(num_features: int, hparams: FedPubHparams, generator: torch.Generator,
@@ -261,8 +311,9 @@ def personalized_weights(embeddings: Tensor, sizes: Tensor, tau: float, weight_b
 class FedPub(FederatedMethod):
     """Fed-PUB on the shared round loop.
 
-    Client state: ``model`` is the client's :class:`MaskedGCN` (masks included, tested at
-    both evaluation stages), ``received`` the server's personalised GCN for the client
+    Client state: ``model`` is the client's masked model (:class:`MaskedGCN`, else
+    :func:`masked_copy`; masks included, tested at both evaluation stages), ``received`` the
+    server's personalised (plain) model for the client
     (``None`` until the client first uploads). The server also keeps ``global_model``
     (FedAvg of the last uploads), which clients without a personalised model receive, as
     in the authors' code.
@@ -276,8 +327,9 @@ class FedPub(FederatedMethod):
     def __init__(self, federation: Federation, hparams: FedPubHparams) -> None:
         super().__init__(federation, hparams)
         self.global_model = copy.deepcopy(federation.model)
+        masked = MaskedGCN if isinstance(federation.model, GCN) else masked_copy
         for state in self.states:
-            state.model = MaskedGCN(federation.model, hparams.l1)
+            state.model = masked(federation.model, hparams.l1)
         device = self.clients[0].x.device
         self.proxy_x, self.proxy_adj = proxy_graph(
             self.clients[0].x.size(1), hparams, federation.generator, device
@@ -303,17 +355,20 @@ class FedPub(FederatedMethod):
 
     @classmethod
     def check_protocol(cls, hparams: FedPubHparams, setup: RunSetup) -> None:
-        if setup.model.arch != "gcn":
-            raise ConfigError(f"fedpub masks the weights of model.arch 'gcn'; got {setup.model.arch!r}")
+        model = setup.model
+        if model.arch not in MASKED_ARCHS or model.jk is not None or (model.arch == "sgc" and model.readout):
+            raise ConfigError(f"fedpub masks the weights of a model.arch in {list(MASKED_ARCHS)} without "
+                              f"model.jk (sgc also without model.readout); got arch {model.arch!r}, "
+                              f"jk {model.jk!r}, readout {model.readout}")
 
-    def received_model(self, k: int) -> GCN:
+    def received_model(self, k: int) -> nn.Module:
         """The server model client ``k`` receives: its personalised one, else the global one."""
         personal = self.states[k].received
         return self.global_model if personal is None else personal
 
     def receive(self, k: int, round_: int) -> None:
         """Load the received weights into client ``k``'s model (masks kept)."""
-        load_parameters(self.states[k].model, parameters_of(self.received_model(k)))
+        load_shared(self.states[k].model, parameters_of(self.received_model(k)))
 
     def extra_loss(self, k: int, round_: int) -> ExtraLoss | None:
         """``l1 * sum ||M||_1 + loc_l2 * sum_l ||theta_l - received_l||_2`` (no proximal
@@ -324,12 +379,12 @@ class FedPub(FederatedMethod):
         proximal = loc_l2 > 0 and round_ > 1
         received = parameters_of(self.received_model(k))
 
-        def loss(model: MaskedGCN) -> Tensor:
-            total = l1 * sum(m.abs().sum() for m in model.masks())
+        def loss(model: nn.Module) -> Tensor:
+            total = l1 * sum(m.abs().sum() for m in masks_of(model))
             if proximal:
                 total = total + loc_l2 * sum(
-                    torch.linalg.vector_norm(p - received[name])
-                    for name, p in model.named_parameters() if name in received
+                    torch.linalg.vector_norm(p - received[shared_name(name)])
+                    for name, p in model.named_parameters() if not is_mask(name)
                 )
             return total
 
@@ -385,10 +440,20 @@ class FedPub(FederatedMethod):
         return penalties
 
     @torch.no_grad()
-    def functional_embedding(self, model: MaskedGCN) -> Tensor:
-        """Mean over proxy nodes of the last GCN layer's output ``[D]`` (eval mode)."""
+    def functional_embedding(self, model: nn.Module) -> Tensor:
+        """Mean over proxy nodes ``[D]`` of the last graph layer's output before its activation
+        (FED-PUB's ``is_proxy`` output; eval mode): the logits of a model without READOUT, else
+        the output of its last convolution (``convs[-1]``)."""
         model.eval()
-        return model.gcn_output(self.proxy_x, self.proxy_adj)[1].mean(dim=0)
+        if model.readout is None:
+            return model(self.proxy_x, self.proxy_adj).mean(dim=0)
+        outputs = []
+        hook = model.convs[-1].register_forward_hook(lambda _module, _inputs, out: outputs.append(out))
+        try:
+            model(self.proxy_x, self.proxy_adj)
+        finally:
+            hook.remove()
+        return outputs[0].mean(dim=0)
 
     @torch.no_grad()
     def functional_embeddings(self, ks: list[int]) -> Tensor:
@@ -414,7 +479,7 @@ class FedPub(FederatedMethod):
 
     def make_upload(self, k: int, loss: float, embedding: Tensor) -> Upload:
         """Client ``k``'s upload: its shared parameters and functional ``embedding [D]``."""
-        return Upload(params=self.states[k].model.shared_parameters(), extras={"embedding": embedding},
+        return Upload(params=shared_parameters(self.states[k].model), extras={"embedding": embedding},
                       weight=float(self.clients[k].num_nodes), loss=loss)
 
     def server_update(self, round_: int, uploads: dict[int, Upload]) -> None:
