@@ -139,8 +139,12 @@ def test_without_the_global_term_local_training_ignores_the_global_data(sbm, wei
     assert all(torch.equal(p, q) for p, q in zip(plain, scrambled)) is same
 
 
-def test_refuses_a_backbone_other_than_the_gcn():
-    assert_refused(method_problems("fedlog", model=ModelConfig(arch="sage", hidden=16)), "fedlog.*gcn")
+def test_refuses_a_backbone_without_graph_convolutions_or_with_readout():
+    assert_refused(method_problems("fedlog", model=ModelConfig(arch="sgc")), r"fedlog.*'gat'.*arch 'sgc'")
+    assert_refused(method_problems("fedlog", model=ModelConfig(arch="gcn", readout=True)), "fedlog.*readout True")
+    for arch in ("gcn", "sage", "gat", "gin"):
+        assert method_problems("fedlog", FAST, model=ModelConfig(arch=arch, hidden=16),
+                               evaluation=EvalConfig(model="local")) == []
     assert method_problems("fedlog", FAST, evaluation=EvalConfig(model="local")) == []
     assert_refused(method_problems("fedlog", FAST, evaluation=EvalConfig(model="global")), "evaluation.model")
 
@@ -224,3 +228,24 @@ def test_later_rounds_start_from_the_average_and_train_on_the_global_data(sbm):
     history = run_federation(make_method(sbm, "fedlog", FAST, rounds=2, model=NO_DROPOUT), 2,
                              EvalConfig(model="local"))
     assert len(history.rounds) == 2 and 0 < history.rounds[-1]["weighted"]["test_acc"] <= 1
+
+
+@pytest.mark.parametrize("arch", ["sage", "gat"])
+def test_the_embedder_is_the_studys_backbone_and_reads_the_prompt_graphs_edges(sbm, arch):
+    """With a GraphSAGE / GAT study the embedder is that architecture (the study's width and depth, output
+    ``embed_dim``), a round runs, and the m 2-node prompt graphs embed as m separate graphs would."""
+    method = make_method(sbm, "fedlog", FAST, rounds=1, model=ModelConfig(arch=arch, hidden=16, dropout=0.0))
+    embedder = method.states[0].model.embedder
+    assert embedder.arch == arch and embedder.layers == 2
+    one_round(method, 1)
+    client = method.clients[0]
+    out = method.eval_model(0, "local")(client.x, client.adj)
+    assert out.shape == (client.num_nodes, client.num_classes) and torch.isfinite(out).all()
+    m, x = 4, client.x[:8]
+    embedder.eval()
+    with torch.no_grad():
+        together = embedder(x, pair_adjacency(m, x.device))[:m]
+        edge = torch.tensor([[0, 1], [1, 0]])
+        alone = torch.stack([embedder.convs[1](torch.relu(embedder.convs[0](x[[i, m + i]], edge)), edge)[0]
+                             for i in range(m)])
+    assert torch.allclose(together, alone, atol=1e-5)

@@ -42,8 +42,10 @@ this is O-pFGL's one-round FedLoG: upload, download, local training. ``eval_mode
 own model (the code tests each client's trained model); studies use ``evaluation.model: local``.
 
 Unstated details and the choices made here (code = the authors' repository):
-  * backbone: the code's 2-layer GraphSAGE (128 hidden, 64 out, dropout 0.5) is the study's GCN
-    (its hidden width, depth and dropout) with output width ``embed_dim`` (code: 64); only GCN studies.
+  * backbone: the code's 2-layer GraphSAGE (128 hidden, 64 out, dropout 0.5) is the study's model
+    (:data:`BACKBONES`: GCN, GraphSAGE, GAT or GIN; its hidden width, depth and dropout) with output width
+    ``embed_dim`` (code: 64). The generator's matching draws random GCNs whatever the backbone (below;
+    the code draws random copies of its GraphSAGE).
   * optimiser: the study's optimiser and learning rate for the modules (code: Adam, lr 0.001, weight
     decay 5e-4); Adam with ``synthetic_lr`` (``None``: the study's lr) for the synthetic features,
     ``generator_lr`` 0.01 for the generator (code); new optimisers at every training call (code).
@@ -108,11 +110,13 @@ from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import make_optimizer
 from fglrepro.methods import register
-from fglrepro.models import GCN, SPARSE_BELOW
+from fglrepro.models import GCN, SPARSE_BELOW, ConvStack, PyGNet
 from fglrepro.sparse import SparseRows, sparse_matmul
 
 #: parameters of :class:`FedLoGModel` that are averaged by the server (the synthetic nodes are not)
 SHARED = ("embedder.", "classifier.", "norm_head.", "norm_tail.")
+#: study architectures the embedder can be (:func:`backbone`)
+BACKBONES = ("gcn", "sage", "gat", "gin")
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,15 @@ def mean_neighbour_features(client: ClientData, nodes: Tensor) -> tuple[Tensor, 
     sums = client.x.new_zeros(n, client.x.size(1)).index_add_(0, rows, client.x[cols])
     counts = torch.bincount(rows, minlength=n).to(client.x.dtype)
     return sums[nodes] / counts[nodes].clamp_min(1).unsqueeze(1), counts[nodes] > 0
+
+
+def backbone(template: ConvStack, num_features: int, embed_dim: int) -> ConvStack:
+    """A fresh embedder ``[n, F] -> [n, embed_dim]`` of the study model's architecture, hidden width, depth
+    and dropout (``template``: a :class:`~fglrepro.models.GCN` or :class:`~fglrepro.models.PyGNet`)."""
+    if isinstance(template, GCN):
+        return GCN(num_features, template.hidden, embed_dim, layers=template.layers, dropout=template.dropout)
+    return PyGNet(template.arch, num_features, template.hidden, embed_dim, layers=template.layers,
+                  dropout=template.dropout)
 
 
 def random_gcn_weights(widths: list[int], draws: int, generator: torch.Generator, device) -> list[Tensor]:
@@ -439,9 +452,11 @@ class FedLoG(FederatedMethod):
 
     @classmethod
     def check_protocol(cls, hparams: FedLoGHparams, setup: RunSetup) -> None:
-        if setup.model.arch != "gcn" or setup.model.readout or setup.model.jk is not None:
-            raise ConfigError(f"method 'fedlog' builds its embedder from the study's GCN: model.arch must be 'gcn' "
-                              f"without readout or jk, got {setup.model.arch!r}")
+        model = setup.model
+        if model.arch not in BACKBONES or model.readout or model.jk is not None:
+            raise ConfigError(f"method 'fedlog' builds its embedder from the study's model: model.arch must be one "
+                              f"of {list(BACKBONES)} without readout or jk, got arch {model.arch!r}, "
+                              f"readout {model.readout}, jk {model.jk!r}")
 
     def __init__(self, federation: Federation, hparams: FedLoGHparams) -> None:
         super().__init__(federation, hparams)
@@ -449,8 +464,7 @@ class FedLoG(FederatedMethod):
         num_features, num_classes = first.x.size(1), first.num_classes
         self.widths = [num_features] + [template.hidden] * (template.layers - 1) + [hparams.embed_dim]
         for k, state in enumerate(self.states):
-            embedder = GCN(num_features, template.hidden, hparams.embed_dim, layers=template.layers,
-                           dropout=template.dropout).to(first.x.device)
+            embedder = backbone(template, num_features, hparams.embed_dim).to(first.x.device)
             state.model = FedLoGModel(embedder, num_features, num_classes, hparams.embed_dim, hparams.num_proto,
                                       hparams.head_degree, federation.generator).to(first.x.device)
             state.modules["generator"] = NeighbourGenerator(num_features).to(first.x.device)
