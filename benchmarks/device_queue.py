@@ -94,13 +94,16 @@ def job_seconds(argv: list[str], cost: dict[str, dict[tuple[str, str], float]]) 
     return cost.get("method", {}).get((spec["method"], spec["dataset"]))
 
 
-def ordered(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]], order: str) -> list[list[str]]:
+def ordered(train: list[list[str]], cost: dict[str, dict[tuple[str, str], float]], order: str,
+            seed_first: bool = False) -> list[list[str]]:
     """``fgl-train`` argvs by expected cost (:func:`job_seconds`), ``longest`` or ``shortest`` first (a cost
-    not known counts as longest), then by run JSON."""
+    not known counts as longest), then by run JSON; with ``seed_first`` by seed before all that (every
+    seed-0 job first: a queue stopped early leaves whole seeds of the table)."""
     def key(argv):
         seconds = job_seconds(argv, cost)
         seconds = float("inf") if seconds is None else seconds
-        return (seconds if order == "shortest" else -seconds), flag(argv, "--out")
+        seed = json.loads(flag(argv, "--spec"))["seed"] if seed_first else 0
+        return seed, (seconds if order == "shortest" else -seconds), flag(argv, "--out")
 
     return sorted(train, key=key)
 
@@ -136,7 +139,7 @@ def export(args) -> None:
     if args.runs:
         train = [argv for argv in train if json.loads(flag(argv, "--spec"))["run"].startswith(tuple(args.runs))]
     cost = expected_seconds(runs_csv)
-    train = ordered(train, cost, args.order)
+    train = ordered(train, cost, args.order, args.seed_first)
     data = {flag(argv, "--data") for argv in train}
     prepare = [argv for argv in commands if argv[:2] == ["fgl-data", "prepare"] and flag(argv, "--out") in data]
     records = {flag(argv, "--record") for argv in prepare}
@@ -322,6 +325,9 @@ def main() -> None:
     exp.add_argument("--order", choices=("longest", "shortest"), default="longest",
                      help="training jobs longest first (packs a deadline on many workers) or shortest first (the "
                           "most runs on few cores); unknown costs count as longest")
+    exp.add_argument("--seed-first", action="store_true",
+                     help="every seed-0 job before any seed-1 job, and so on (cost order within a seed): a queue "
+                          "stopped early leaves whole seeds of the table")
     exp.add_argument("--snapshot", type=Path, default=REPO / "docs/results",
                      help="results snapshot whose runs count as done (default: this tree's; name the main "
                           "checkout's when exporting from an older worktree)")

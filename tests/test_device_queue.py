@@ -27,9 +27,10 @@ DOWNLOAD = ["fgl-data", "download", "--dataset", "Cora", "--root", "data/raw", "
             str(REPO / "resources" / "datasets" / "planetoid"), "--out", "data/raw/Cora/download.json"]
 
 
-def train_job(inputs, method: str, name: str, data: str = "g.pt") -> list[str]:
-    """The workflow's training command for a 4-round run on the CLI tests' graph (``cli_inputs``)."""
-    spec = {**BASE, "method": method, "run": method}
+def train_job(inputs, method: str, name: str, data: str = "g.pt", seed: int | None = None) -> list[str]:
+    """The workflow's training command for a 4-round run on the CLI tests' graph (``cli_inputs``), with
+    ``seed`` in place of BASE's when given."""
+    spec = {**BASE, "method": method, "run": method, **({} if seed is None else {"seed": seed})}
     return ["fgl-train", "--spec", json.dumps(spec), "--data", str(inputs / data), "--partition", str(inputs / "p.pt"),
             "--out", f"results/runs/{name}.json", "--device", "auto", "--threads", "1"]
 
@@ -76,6 +77,15 @@ def test_export_orders_training_jobs_by_their_expected_cost(tmp_path, order, exp
             [("fast", "fedavg"), ("unknown", "fedlog"), ("slow", "fedsage_plus")]}
     cost = {"method": {("fedavg", BASE["dataset"]): 5.0, ("fedsage_plus", BASE["dataset"]): 100.0}}
     assert device_queue.ordered(list(jobs.values()), cost, order) == [jobs[name] for name in expected]
+
+
+def test_export_can_put_every_seed_0_job_before_any_later_seed(tmp_path):
+    jobs = {(name, seed): train_job(tmp_path, method, f"{name}{seed}", seed=seed)
+            for name, method in [("fast", "fedavg"), ("slow", "fedsage_plus")] for seed in (1, 0)}
+    cost = {"method": {("fedavg", BASE["dataset"]): 5.0, ("fedsage_plus", BASE["dataset"]): 100.0}}
+    order = device_queue.ordered(list(jobs.values()), cost, "longest", seed_first=True)
+    assert order == [jobs[key] for key in [("slow", 0), ("fast", 0), ("slow", 1), ("fast", 1)]]
+    assert device_queue.ordered(list(jobs.values()), cost, "longest")[:2] == [jobs["slow", 0], jobs["slow", 1]]
 
 
 def test_a_jobs_cost_is_that_of_its_row_before_that_of_its_method(tmp_path):
