@@ -84,6 +84,14 @@ class FedPubHparams:
             raise ConfigError(f"hparams.proxy_p_in must be in [0, 1], got {self.proxy_p_in}")
 
 
+def apply_mask(weight: Tensor, mask: Tensor, prune_below: float | None = None) -> Tensor:
+    """``weight * mask`` (any shape, the same for both); with ``prune_below`` mask entries of smaller
+    magnitude count as zero (the code's ``prune``, in evaluation mode)."""
+    if prune_below is not None:
+        mask = mask.masked_fill(mask.abs() < prune_below, 0.0)
+    return weight * mask
+
+
 class MaskedLinear(nn.Module):
     """``x (W * M)^T (+ b)`` with a learnable mask ``M`` of W's shape, initialised to ones.
 
@@ -103,10 +111,7 @@ class MaskedLinear(nn.Module):
 
     def masked_weight(self, pruned: bool) -> Tensor:
         """``W * M`` ``[out, in]``, with ``pruned`` the mask entries below ``prune_below`` zero."""
-        mask = self.mask
-        if pruned:
-            mask = mask.masked_fill(mask.abs() < self.prune_below, 0.0)
-        return self.weight * mask
+        return apply_mask(self.weight, self.mask, self.prune_below if pruned else None)
 
 
 class MaskedGCNLayer(nn.Module):
@@ -178,10 +183,7 @@ class WeightMask(nn.Module):
         self.prune_below = prune_below
 
     def forward(self, weight: Tensor) -> Tensor:
-        mask = self.mask
-        if not self.training:
-            mask = mask.masked_fill(mask.abs() < self.prune_below, 0.0)
-        return weight * mask
+        return apply_mask(weight, self.mask, None if self.training else self.prune_below)
 
 
 def masked_copy(model: nn.Module, prune_below: float) -> nn.Module:
@@ -286,10 +288,7 @@ class StackedMaskedGCN(StackedGCN):
         ``prune_below`` mask entries of smaller magnitude count as zero (evaluation mode)."""
         out = list(params)
         for (w, _), j in zip(self.layers, self.layer_masks):
-            mask = params[j]
-            if prune_below is not None:
-                mask = mask.masked_fill(mask.abs() < prune_below, 0.0)
-            out[w] = params[w] * mask
+            out[w] = apply_mask(params[w], params[j], prune_below)
         return out
 
 
