@@ -80,6 +80,26 @@ def test_the_snapshot_s_cpu_seconds_come_before_its_wall_seconds(tmp_path):
                                       ("s", "b", "Cora", "x", "k5", "seed0.json"): 900.0}
 
 
+def test_grid_points_the_snapshot_does_not_keep_count_with_the_point_it_kept_for_the_same_cell(tmp_path):
+    """The snapshot keeps one point per grid cell (the one validation chose): the other points of that cell
+    count with its time (or with the cell's run from before it had a grid); a point of another cell does not."""
+    snapshot = tmp_path / "runs.csv"
+    snapshot.write_text("study,run,status,cpu_s,wall_s,target\n"
+                        "s,g,ok,120.0,130.0,results/runs/s/g@tau=0.5/Cora/x/k5/seed0.json\n"
+                        "s,h,ok,600.0,610.0,results/runs/s/h/Cora/x/k5/seed0.json\n")
+    runs = tmp_path / "runs" / "s"
+    planned = [(runs / "g@tau=0.5/Cora/x/k5/seed0.json", "fedgkd"),
+               (runs / "g@tau=0.05/Cora/x/k5/seed0.json", "fedgkd"),
+               (runs / "g@tau=0.05/Cora/x/k5/seed1.json", "fedgkd"),
+               (runs / "h@tau=0.5/Cora/x/k5/seed0.json", "fedavg")]
+    progress = Progress(planned, workers=1, stored=stored_costs(snapshot))
+    assert progress.stored == {planned[0][0]: 120.0, planned[1][0]: 120.0, planned[3][0]: 600.0}
+    progress.update()
+    assert progress.line() == ("progress: 0 of 4 training runs done (0 %), 0.0 CPU-min so far; about 14 min left "
+                               "at 1 at a time (3 runs estimated from docs/results; not counted: 1 runs of fedgkd, "
+                               "not timed yet)")
+
+
 def test_one_job_at_a_time_when_fewer_runs_are_left_than_workers(tmp_path):
     done, left = tmp_path / "done.json", tmp_path / "left.json"
     progress = Progress([(done, "fedavg"), (left, "fedavg")], workers=8)

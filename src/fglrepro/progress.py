@@ -9,7 +9,8 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 The estimate adds, over the runs still to do, the median CPU seconds (``cpu_s`` of the run JSON)
 of the runs of the same method finished so far, and divides by the number of jobs that run at
 once. A run of a method with no finished run yet counts with the CPU time (else wall time) of the same job in the
-committed snapshot (``docs/results/runs.csv``, :func:`stored_costs`) where it has one, as the
+committed snapshot (``docs/results/runs.csv``, :func:`stored_costs`; for a grid point, the points the snapshot
+kept for that cell, :func:`planned_costs`) where it has one, as the
 line says ("N runs estimated from docs/results"); the others are named instead of guessed
 ("not counted: ...").
 """
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
+from fglrepro.grid import split_run_id
 from fglrepro.processes import process_alive
 
 
@@ -60,6 +62,29 @@ def stored_costs(runs_csv: str | Path) -> dict[tuple[str, ...], float]:
             if row.get("status") == "ok" and row.get("target") and (row.get("cpu_s") or row.get("wall_s"))}
 
 
+def cell_key(key: tuple[str, ...]) -> tuple[str, ...]:
+    """A :func:`run_key` without its grid point: the same for every point of a grid run's cell."""
+    study, run, *rest = key
+    return (study, split_run_id(run)[0], *rest)
+
+
+def planned_costs(paths: Iterable[Path], stored: dict[tuple[str, ...], float]) -> dict[Path, float]:
+    """``path -> seconds`` of the planned run JSONs ``paths`` that ``stored`` (:func:`stored_costs`) times: the
+    same job, or for a grid point the snapshot does not keep (it keeps the point each cell chose), the median
+    of the cell's stored points."""
+    by_cell: dict[tuple[str, ...], list[float]] = {}
+    for key, cost in stored.items():
+        by_cell.setdefault(cell_key(key), []).append(cost)
+    out = {}
+    for path in paths:
+        key = run_key(path)
+        if key in stored:
+            out[path] = stored[key]
+        elif split_run_id(key[1])[1] is not None and cell_key(key) in by_cell:
+            out[path] = statistics.median(by_cell[cell_key(key)])
+    return out
+
+
 def duration(seconds: float) -> str:
     """``under a minute``, ``about 25 min`` or ``about 3 h 05 min``."""
     minutes = round(seconds / 60)
@@ -80,8 +105,7 @@ class Progress:
         self.todo = {Path(path): method for path, method in planned}
         self.workers = max(1, workers)
         self.since = time.time() if since is None else since
-        stored = stored or {}
-        self.stored = {path: cost for path in self.todo if (cost := stored.get(run_key(path))) is not None}
+        self.stored = planned_costs(self.todo, stored or {})
         self.costs: dict[Path, tuple[str, float]] = {}
 
     def update(self) -> None:
