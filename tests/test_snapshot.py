@@ -142,6 +142,31 @@ def test_partition_stats_enter_the_snapshot_and_survive_a_rewrite(snapshot, tmp_
         main(["snapshot", "--rerender", "--out", str(out), "--partition-stats", str(wrong)])
 
 
+def test_a_merged_rerun_with_fewer_seeds_or_datasets_keeps_the_snapshot_s_partition_statistics(snapshot, tmp_path):
+    """`--merge` (the workflow's `snapshot_merge: true`): per (dataset, partitioner, clients), a rerun's rows
+    replace the snapshot's unless those cover more seeds; cells the rerun lacks stay; without --merge the
+    rerun's file replaces the snapshot's."""
+    from fglrepro.cli.report import main
+
+    out, claims, paper = snapshot
+    header = "dataset,partitioner,clients,stat,reproduced,seeds\n"
+    stored = (header + "Cora,louvain,5,nodes,541.6,3\nCora,louvain,10,nodes,270.8,3\n"
+              "Photo,louvain,10,nodes,765.0,3\nCiteSeer,louvain,10,nodes,332.7,1\n")
+    (out / f"s{PARTITION_STATS}").write_text(stored)
+    rerun = tmp_path / "tables" / f"s{PARTITION_STATS}"
+    rerun.parent.mkdir()
+    rerun.write_text(header + "Cora,louvain,5,nodes,541.0,1\nCora,louvain,10,nodes,271.0,3\n"
+                     "CiteSeer,louvain,10,nodes,333.0,3\nCS,louvain,10,nodes,1833.3,1\n")
+    args = ["snapshot", "--rerender", "--paper-dir", str(paper), "--out", str(out), "--partition-stats", str(rerun)]
+    main(args + ["--merge"])
+    merged = pd.read_csv(out / rerun.name)
+    assert merged[["dataset", "clients", "reproduced", "seeds"]].values.tolist() == [
+        ["Cora", 5, 541.6, 3], ["Cora", 10, 271.0, 3], ["Photo", 10, 765.0, 3], ["CiteSeer", 10, 333.0, 3],
+        ["CS", 10, 1833.3, 1]]
+    main(args)
+    assert (out / rerun.name).read_text() == rerun.read_text()
+
+
 @pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="docs/results/ is not committed yet: the lead writes it from real "
                                                   "runs with `snakemake snapshot --cores 1`")
 def test_committed_snapshot_tables_and_claims_are_consistent_with_its_runs():

@@ -72,7 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     snap.add_argument("--rerender", action="store_true", help="render again from the snapshot's runs.csv")
     snap.add_argument("--merge", action="store_true",
                       help="keep the snapshot's other runs and studies; these runs replace those of the same "
-                           "study, run, dataset, clients and seed")
+                           "study, run, dataset, clients and seed (partition statistics: per dataset, partitioner "
+                           "and clients, unless the snapshot's cover more seeds)")
     snap.add_argument("--allow-dirty", action="store_true",
                       help="accept runs made from a tree with uncommitted changes (a draft, not to be committed)")
     snap.add_argument("--partition-stats", nargs="+", default=[], metavar="CSV",
@@ -186,7 +187,7 @@ def snapshot(args) -> None:
     from fglrepro.report.snapshot import add_partition_stats, load_claims, rerender, write_snapshot
 
     claims = load_claims(args.claims) if args.claims else []
-    add_partition_stats(args.partition_stats, args.out)
+    add_partition_stats(args.partition_stats, args.out, merge=args.merge)
     if args.rerender:
         files = rerender(args.out, claims, args.paper_dir)
     else:

@@ -250,15 +250,37 @@ def write_snapshot(metrics: list[pd.DataFrame], metas: Mapping[str, dict], claim
     return rerender(out, claims, paper_dir)
 
 
-def add_partition_stats(paths: list[str | Path], out_dir: str | Path) -> None:
-    """Copy the workflow's ``results/tables/<study>.partition_stats.csv`` files into the snapshot,
-    where ``fgl-report coverage`` reads them (a rerun's file replaces the study's old one)."""
+#: A partition statistics row's cell: its statistics over the seeds in its ``seeds`` column.
+STATS_CELL = ["dataset", "partitioner", "clients"]
+
+
+def merge_partition_stats(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """A study's partition statistics after a merge: per cell (:data:`STATS_CELL`), ``new``'s rows unless
+    ``old``'s cover more seeds (a run restricted by ``only_seeds`` or ``only_datasets`` does not shrink the
+    snapshot's table); cells in ``old``'s order, then ``new``'s other cells."""
+    chosen = []
+    new_cells = dict(list(new.groupby(STATS_CELL, sort=False, dropna=False)))
+    for cell, rows in old.groupby(STATS_CELL, sort=False, dropna=False):
+        fresh = new_cells.pop(cell, None)
+        chosen.append(rows if fresh is None or rows["seeds"].max() > fresh["seeds"].max() else fresh)
+    return pd.concat(chosen + list(new_cells.values()), ignore_index=True)
+
+
+def add_partition_stats(paths: list[str | Path], out_dir: str | Path, merge: bool = False) -> None:
+    """Copy the workflow's ``results/tables/<study>.partition_stats.csv`` files into the snapshot, where
+    ``fgl-report coverage`` reads them: a rerun's file replaces the study's old one, or with ``merge``
+    is merged into it (:func:`merge_partition_stats`)."""
     from fglrepro.io import atomic_write_text
 
     for path in map(Path, paths):
         if not path.name.endswith(PARTITION_STATS):
             raise ValueError(f"{path}: not a partition statistics table (expected <study>{PARTITION_STATS})")
-        atomic_write_text(path.read_text(), Path(out_dir) / path.name)
+        target = Path(out_dir) / path.name
+        if merge and target.is_file():
+            merged = merge_partition_stats(pd.read_csv(target), pd.read_csv(path))
+            atomic_write_text(merged.to_csv(index=False), target)
+        else:
+            atomic_write_text(path.read_text(), target)
 
 
 def rerender(out_dir: str | Path, claims: list[dict], paper_dir: str | Path) -> dict[str, str]:
