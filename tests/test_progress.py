@@ -10,6 +10,7 @@ import os
 import time
 
 from fglrepro.fl.loop import RoundProgress
+from fglrepro.fl.ticker import Ticker
 from fglrepro.progress import Progress, damaged_runs_message, duration, start, stored_costs
 
 
@@ -195,3 +196,43 @@ def test_the_lock_hint_tells_an_active_run_from_a_gone_one(tmp_path):
     record_active_run(gone.pid, ["snakemake"], active)
     assert "left by a run that is gone" in lock_hint(locks, active)
     assert "`snakemake --unlock` is safe" in lock_hint(locks, active)
+
+
+def test_a_slow_loop_logs_its_items_at_most_every_interval_and_a_fast_one_stays_silent(caplog):
+    now = [0.0]
+    with caplog.at_level(logging.INFO, logger="fglrepro.fl.ticker"):
+        fast = Ticker("fast", 10, every_s=30.0, clock=lambda: now[0])
+        for _ in range(10):
+            now[0] += 2.0
+            fast.tick()
+        assert caplog.records == []
+        now[0] = 0.0
+        slow = Ticker("round 1, clients updated", 4, every_s=30.0, clock=lambda: now[0])
+        for seconds in (20.0, 15.0, 10.0, 40.0):
+            now[0] += seconds
+            slow.tick()
+    assert [r.getMessage() for r in caplog.records] == ["round 1, clients updated: 2/4 (35 s)",
+                                                        "round 1, clients updated: 4/4 (85 s)"]
+
+
+def test_a_sequential_round_says_how_many_clients_are_done_when_it_is_slow(caplog, monkeypatch):
+    """The shared loop's per-client path (:meth:`FederatedMethod.client_updates`) ticks once per client."""
+    import fglrepro.fl.ticker as ticker
+    from fglrepro.fl.method import FederatedMethod
+
+    now = [0.0]
+    monkeypatch.setattr(ticker.time, "monotonic", lambda: now[0])
+
+    class Slow:
+        federation = type("F", (), {"engine": None})()
+        caps = None
+
+        def client_update(self, k, round_):
+            now[0] += 31.0
+            return None if k == 1 else f"upload {k}"
+
+    with caplog.at_level(logging.INFO, logger="fglrepro.fl.ticker"):
+        uploads = FederatedMethod.client_updates(Slow(), [0, 1, 2], round_=3)
+    assert uploads == {0: "upload 0", 2: "upload 2"}
+    assert [r.getMessage() for r in caplog.records] == [f"round 3, clients updated: {i}/3 ({31 * i} s)"
+                                                        for i in (1, 2, 3)]

@@ -27,6 +27,7 @@ from fglrepro.config import EvalConfig, ModelConfig, TrainConfig
 from fglrepro.fl.aggregation import load_parameters, parameters_of, weighted_average
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes, tensor_bytes
+from fglrepro.fl.ticker import Ticker
 from fglrepro.fl.training import cross_entropy_loss, make_optimizer, train_steps
 
 if TYPE_CHECKING:
@@ -217,11 +218,15 @@ class FederatedMethod:
     def client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
         """Local work of the participants ``ks`` and their uploads (clients returning no
         upload are left out). On the vectorised engine all of them train as one batched
-        computation; otherwise :meth:`client_update` runs for each in turn."""
+        computation; otherwise :meth:`client_update` runs for each in turn (a slow round logs how
+        many are done, :class:`~fglrepro.fl.ticker.Ticker`)."""
         engine = self.federation.engine
         if engine is not None and self.caps.vectorised:
             return engine.client_updates(self, ks, round_)
-        uploads = {k: self.client_update(k, round_) for k in ks}
+        uploads, ticker = {}, Ticker(f"round {round_}, clients updated", len(ks))
+        for k in ks:
+            uploads[k] = self.client_update(k, round_)
+            ticker.tick()
         return {k: u for k, u in uploads.items() if u is not None}
 
     def client_update(self, k: int, round_: int) -> Upload | None:

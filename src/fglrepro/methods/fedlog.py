@@ -108,6 +108,7 @@ from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
+from fglrepro.fl.ticker import Ticker
 from fglrepro.fl.training import make_optimizer
 from fglrepro.methods import register
 from fglrepro.models import GCN, SPARSE_BELOW, ConvStack, PyGNet
@@ -611,9 +612,11 @@ class FedLoG(FederatedMethod):
 
     def on_run_end(self, last_round: int) -> bool:
         """Every client trains once more with what it downloaded in the last round."""
+        ticker = Ticker("final local training, clients done", len(self.clients))
         for k in range(len(self.clients)):
             self.receive(k, last_round + 1)
             self.train_local(k)
+            ticker.tick()
         return True
 
     # ---- server side -------------------------------------------------------------------------
