@@ -176,6 +176,24 @@ def test_committed_snapshot_tables_and_claims_are_consistent_with_its_runs():
                          "(never edit them by hand)")
 
 
+@pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="docs/results/ is not committed yet")
+def test_committed_snapshot_s_study_metadata_agrees_with_the_study_files():
+    """studies.json keeps each study's rows, labels and not-reproducible reasons as folded; a study file edited
+    since (a relabel, a new reason) must reach it, or the tables and claims render the old text."""
+    stale = []
+    for study, meta in json.loads((SNAPSHOT / STUDIES).read_text()).items():
+        raw = yaml.safe_load((REPO / "config" / "studies" / f"{study}.yaml").read_text())
+        labels = {run: entry.get("label", run) for run, entry in raw["runs"].items()}
+        expected = {"paper": raw["paper"], "table": raw["table"], "title": raw.get("title", study),
+                    "reported": raw.get("reported"), "all_rows": list(labels.values()),
+                    "not_reproducible": {labels[run]: entry["not_reproducible"] for run, entry in raw["runs"].items()
+                                         if "not_reproducible" in entry},
+                    "labels": {run: labels.get(run) for run in meta["labels"]}}
+        stale += [f"{study}.{key}" for key, value in expected.items() if meta.get(key) != value]
+    assert not stale, (f"docs/results/studies.json differs from config/studies/ in {stale}: fold a run of the study "
+                       "again, or edit its entry there and re-render with `fgl-report snapshot --rerender`")
+
+
 def dirty_metrics(flags: list) -> list[pd.DataFrame]:
     metrics = make_metrics({"A": every_cell(75.0)})
     metrics["git_dirty"] = (flags * len(metrics))[:len(metrics)]
