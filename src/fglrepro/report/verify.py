@@ -111,13 +111,37 @@ def compare(row: Mapping, record: Mapping | None, tolerance: float = TOLERANCE) 
 
 
 def snakemake_command(targets: Sequence[str], studies: Sequence[str], results_dir: str, data_dir: str,
-                      cores: int = 1, extra: Sequence[str] = ()) -> list[str]:
+                      cores: int = 1, extra: Sequence[str] = (), settings: Sequence[str] = ()) -> list[str]:
     """The Snakemake call that builds run JSONs ``targets`` of ``studies`` with results and data
     in ``results_dir`` and ``data_dir`` (every dataset allowed, failed jobs not stopping the
-    others)."""
+    others); ``settings``: more ``key=value`` config items (:func:`input_paths`)."""
     return [sys.executable, "-m", "snakemake", "--cores", str(cores), "--keep-going", *extra, "--config",
             f"studies=[{','.join(sorted(set(studies)))}]", "only_datasets=all", f"results_dir={results_dir}",
-            f"data_dir={data_dir}", "--", *targets]
+            f"data_dir={data_dir}", *settings, "--", *targets]
+
+
+#: Config keys naming input folders relative to the checkout (dataset mirrors, published partitions).
+INPUT_PATH_KEYS = ("mirror", "partition_dir")
+
+
+def input_paths(source: Path, checkout: Path) -> list[str]:
+    """``key=value`` config items that point an exported tree ``source`` at the input folders of the
+    ``checkout`` verify runs from (its ``config/config.yaml``'s :data:`INPUT_PATH_KEYS`, made absolute):
+    a relative ``../shared/datasets`` would otherwise be looked up beside the scratch copy. Only keys the
+    exported tree's own config has are set (an older commit may not know them)."""
+    from fglrepro.io import read_yaml
+
+    if not (checkout / "config" / "config.yaml").is_file() or not (source / "config" / "config.yaml").is_file():
+        return []
+    known, here = read_yaml(source / "config" / "config.yaml"), read_yaml(checkout / "config" / "config.yaml")
+    items = []
+    for key in INPUT_PATH_KEYS:
+        if key not in known or key not in here:
+            continue
+        value = here[key]
+        paths = [str((checkout / p).resolve()) for p in (value if isinstance(value, list) else [value])]
+        items.append(f"{key}=[{','.join(paths)}]" if isinstance(value, list) else f"{key}={paths[0]}")
+    return items
 
 
 def grid_targets(row: Mapping, grid: Mapping[str, list], results_dir: str) -> dict[str, str]:
@@ -212,8 +236,9 @@ def verify(chosen: pd.DataFrame, work_dir: str | Path, cores: int = 1,
 
     Each row is rebuilt by the code of its own ``git_commit`` (:func:`export_commit`; one
     Snakemake call per commit, run in that tree with its package first on ``PYTHONPATH``), or with
-    ``at_head`` (or an unknown commit) by the current tree. Results and prepared data go to
-    ``work_dir/<commit>/`` (data to ``data_dir`` when given)."""
+    ``at_head`` (or an unknown commit) by the current tree, reading raw files from the current tree's
+    mirrors (:func:`input_paths`). Results and prepared data go to ``work_dir/<commit>/`` (data to
+    ``data_dir`` when given)."""
     import os
 
     from fglrepro.report.snapshot import run_target
@@ -236,7 +261,8 @@ def verify(chosen: pd.DataFrame, work_dir: str | Path, cores: int = 1,
                    and (rows[i]["study"], rows[i]["run"]) in (grids or {})]
         points = {i: grid_targets(rows[i], grids[rows[i]["study"], rows[i]["run"]], results_dir) for i in gridded}
         wanted = list(dict.fromkeys([*targets.values(), *(t for grid in points.values() for t in grid.values())]))
-        command = snakemake_command(wanted, [rows[i]["study"] for i in members], results_dir, data, cores, extra)
+        command = snakemake_command(wanted, [rows[i]["study"] for i in members], results_dir, data, cores, extra,
+                                    input_paths(source, Path.cwd()))
         subprocess.run(command, cwd=source, env=env, check=False)
         for i in members:
             out[i] = {**compare(rows[i], read_record(targets[i]), tolerance), "rebuilt_at": commit}
