@@ -138,6 +138,8 @@ def test_an_exported_tree_reads_the_checkout_s_mirrors_by_absolute_path_and_only
     command = snakemake_command(["/r/a.json"], ["s"], "/r", "/d", settings=input_paths(source, checkout))
     assert command[command.index("data_dir=/d") + 1].startswith("mirror=[") and command[-2:] == ["--", "/r/a.json"]
     assert input_paths(source, tmp_path / "elsewhere") == []
+    (checkout / "config" / "config.yaml").write_text("mirror: null\n")
+    assert input_paths(source, checkout) == ["mirror=[]"]
 
 
 def fgl_report(*args, cwd=REPO):

@@ -80,8 +80,8 @@ def planned_costs(paths: Iterable[Path], stored: dict[tuple[str, ...], float]) -
         key = run_key(path)
         if key in stored:
             out[path] = stored[key]
-        elif split_run_id(key[1])[1] is not None and cell_key(key) in by_cell:
-            out[path] = statistics.median(by_cell[cell_key(key)])
+        elif split_run_id(key[1])[1] is not None and (cell := cell_key(key)) in by_cell:
+            out[path] = statistics.median(by_cell[cell])
     return out
 
 

@@ -120,27 +120,24 @@ def snakemake_command(targets: Sequence[str], studies: Sequence[str], results_di
             f"data_dir={data_dir}", *settings, "--", *targets]
 
 
-#: Config keys naming input folders relative to the checkout (dataset mirrors, published partitions).
-INPUT_PATH_KEYS = ("mirror", "partition_dir")
-
-
 def input_paths(source: Path, checkout: Path) -> list[str]:
     """``key=value`` config items that point an exported tree ``source`` at the input folders of the
-    ``checkout`` verify runs from (its ``config/config.yaml``'s :data:`INPUT_PATH_KEYS`, made absolute):
-    a relative ``../shared/datasets`` would otherwise be looked up beside the scratch copy. Only keys the
-    exported tree's own config has are set (an older commit may not know them)."""
+    ``checkout`` verify runs from: its ``config/config.yaml``'s ``mirror`` roots (:func:`mirror_roots`) and
+    ``partition_dir``, made absolute, since a relative ``../shared/datasets`` would otherwise be looked up
+    beside the scratch copy. Only keys the exported tree's own config has are set (an older commit may not
+    know them)."""
+    from fglrepro.data.download import mirror_roots
     from fglrepro.io import read_yaml
 
     if not (checkout / "config" / "config.yaml").is_file() or not (source / "config" / "config.yaml").is_file():
         return []
     known, here = read_yaml(source / "config" / "config.yaml"), read_yaml(checkout / "config" / "config.yaml")
     items = []
-    for key in INPUT_PATH_KEYS:
-        if key not in known or key not in here:
-            continue
-        value = here[key]
-        paths = [str((checkout / p).resolve()) for p in (value if isinstance(value, list) else [value])]
-        items.append(f"{key}=[{','.join(paths)}]" if isinstance(value, list) else f"{key}={paths[0]}")
+    if "mirror" in known and "mirror" in here:
+        roots = [str((checkout / root).resolve()) for root in mirror_roots(here["mirror"])]
+        items.append(f"mirror=[{','.join(roots)}]")
+    if "partition_dir" in known and here.get("partition_dir"):
+        items.append(f"partition_dir={(checkout / here['partition_dir']).resolve()}")
     return items
 
 
@@ -236,9 +233,9 @@ def verify(chosen: pd.DataFrame, work_dir: str | Path, cores: int = 1,
 
     Each row is rebuilt by the code of its own ``git_commit`` (:func:`export_commit`; one
     Snakemake call per commit, run in that tree with its package first on ``PYTHONPATH``), or with
-    ``at_head`` (or an unknown commit) by the current tree, reading raw files from the current tree's
-    mirrors (:func:`input_paths`). Results and prepared data go to ``work_dir/<commit>/`` (data to
-    ``data_dir`` when given)."""
+    ``at_head`` (or an unknown commit) by the current tree; every rebuild reads raw files and published
+    partitions from the current tree's folders (:func:`input_paths`). Results and prepared data go to
+    ``work_dir/<commit>/`` (data to ``data_dir`` when given)."""
     import os
 
     from fglrepro.report.snapshot import run_target
