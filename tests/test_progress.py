@@ -45,8 +45,8 @@ def test_the_estimate_uses_each_method_s_median_and_names_the_methods_not_timed_
 
 
 def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_time_of_the_same_job(tmp_path):
-    """Before a method has finished a run here, its runs count with the stored run of the same job
-    (matched from the study on, whatever the results folder); a method timed here uses its own median."""
+    """A run counts with the stored run of the same job (matched from the study on, whatever the results
+    folder); a run the snapshot does not time, with the median of its method's runs finished here."""
     snapshot = tmp_path / "runs.csv"
     snapshot.write_text("study,run,status,wall_s,target\n"
                         "s,fedsage_plus,ok,1200.0,results/runs/s/fedsage_plus/Cora/x/k5/seed0.json\n"
@@ -67,9 +67,45 @@ def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_time_of_the_sam
     planned[0][0].parent.mkdir(parents=True)
     finish(planned[0][0], "fedavg", 60.0)
     progress.update()
-    assert progress.line().startswith("progress: 1 of 4 training runs done (25 %), 1.0 CPU-min so far; about 21 min "
-                                      "left at 1 at a time (1 runs estimated from docs/results;")
+    assert progress.line() == ("progress: 1 of 4 training runs done (25 %), 1.0 CPU-min so far; about 35 min left "
+                               "at 1 at a time (2 runs estimated from docs/results; not counted: 1 runs of fedtad, "
+                               "not timed yet)")
     assert stored_costs(tmp_path / "absent.csv") == {}
+
+
+def test_stored_times_are_scaled_by_this_run_s_speed_so_the_dearest_jobs_first_do_not_inflate_the_estimate(
+        tmp_path):
+    """With the dearest jobs first, a method's first finished run is its longest: the others count with their
+    own stored times, scaled by how this run's finished runs compare with theirs in the snapshot (the method's
+    own where one has finished, else all methods'); a run the snapshot does not time counts with its method's
+    median here."""
+    runs = tmp_path / "runs" / "s"
+    snapshot = tmp_path / "runs.csv"
+    snapshot.write_text("study,run,status,cpu_s,target\n" + "".join(
+        f"s,{run},ok,{cpu},results/runs/s/{run}/Cora/x/k{k}/seed0.json\n"
+        for run, k, cpu in [("fedsage_plus", 20, 400.0), ("fedsage_plus", 10, 100.0), ("fedsage_plus", 5, 100.0),
+                            ("fedavg", 20, 10.0)]))
+    planned = [(runs / f"{run}/Cora/x/k{k}/seed0.json", run)
+               for run, k in [("fedsage_plus", 20), ("fedsage_plus", 10), ("fedsage_plus", 5), ("fedavg", 20),
+                              ("fedavg", 10)]]
+    for path, _ in planned:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress(planned, workers=1, stored=stored_costs(snapshot))
+    finish(planned[0][0], "fedsage_plus", 480.0)
+    progress.update()
+    assert progress.speed() == {None: 1.2, "fedsage_plus": 1.2}
+    # 100 * 1.2 twice, fedavg's 10 * 1.2 (no fedavg run finished yet): 252 s; the old median rule said 970 s
+    assert progress.line() == ("progress: 1 of 5 training runs done (20 %), 8.0 CPU-min so far; about 4 min left at "
+                               "1 at a time (3 runs estimated from docs/results; not counted: 1 runs of fedavg, "
+                               "not timed yet)")
+    finish(planned[3][0], "fedavg", 5.0)
+    progress.update()
+    assert progress.speed() == {None: 485.0 / 410.0, "fedsage_plus": 1.2, "fedavg": 0.5}
+    assert progress.line().endswith("about 4 min left at 1 at a time (2 runs estimated from docs/results)")
+    finish(planned[1][0], "fedsage_plus", 90.0)
+    finish(planned[2][0], "fedsage_plus", 150.0)
+    progress.update()
+    assert progress.line().endswith("; under a minute left at 1 at a time")
 
 
 def test_the_snapshot_s_cpu_seconds_come_before_its_wall_seconds(tmp_path):

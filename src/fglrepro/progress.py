@@ -6,13 +6,15 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 
     progress: 12 of 120 training runs done (10 %), 3.2 CPU-min so far; about 25 min left at 2 at a time
 
-The estimate adds, over the runs still to do, the median CPU seconds (``cpu_s`` of the run JSON)
-of the runs of the same method finished so far, and divides by the number of jobs that run at
-once. A run of a method with no finished run yet counts with the CPU time (else wall time) of the same job in the
-committed snapshot (``docs/results/runs.csv``, :func:`stored_costs`; for a grid point, the points the snapshot
-kept for that cell, :func:`planned_costs`) where it has one, as the
-line says ("N runs estimated from docs/results"); the others are named instead of guessed
-("not counted: ...").
+The estimate adds the CPU seconds of the runs still to do and divides by the number of jobs that
+run at once. A run the committed snapshot times (``docs/results/runs.csv``, :func:`stored_costs`: the CPU time,
+else wall time, of the same job; for a grid point, of the points the snapshot kept for that cell,
+:func:`planned_costs`) counts with that time, scaled by how this run's finished runs of the same method
+compare with their stored times (of all methods until one of its own has finished), as the line says
+("N runs estimated from docs/results"). Another run counts with the median ``cpu_s`` of the runs of its
+method finished so far; the rest are named instead of guessed ("not counted: ..."). A per-job time keeps
+the estimate right when the dearest jobs run first (Snakemake's ``priority``, :mod:`fglrepro.resources`):
+a method's first finished runs are then its longest, and their median would count every later run as long.
 """
 
 from __future__ import annotations
@@ -97,8 +99,8 @@ class Progress:
     """Training runs of one workflow run: ``planned`` is ``(run JSON path, method)`` per job the
     run makes. A run counts as finished once its JSON, written at or after ``since`` (default: when
     this is made), can be read: an outdated run JSON that the workflow redoes is there, older, until
-    its job replaces it. ``stored`` (:func:`stored_costs`) gives seconds for runs of methods not timed yet;
-    the planned runs' entries are looked up once, here."""
+    its job replaces it. ``stored`` (:func:`stored_costs`) gives the snapshot's seconds of the planned runs it
+    times; they are looked up once, here."""
 
     def __init__(self, planned: Iterable[tuple[str | Path, str]], workers: int, since: float | None = None,
                  stored: dict[tuple[str, ...], float] | None = None) -> None:
@@ -115,6 +117,18 @@ class Progress:
             if cost is not None:
                 self.costs[path] = cost
 
+    def speed(self) -> dict[str | None, float]:
+        """``method -> `` CPU seconds of this run's finished runs of that method that the snapshot times, over
+        their stored seconds; ``None ->`` the same over every method (1.0 before any such run finished)."""
+        sums: dict[str | None, list[float]] = {None: [0.0, 0.0]}
+        for path, (method, cpu) in self.costs.items():
+            if path in self.stored:
+                for key in (method, None):
+                    pair = sums.setdefault(key, [0.0, 0.0])
+                    pair[0] += cpu
+                    pair[1] += self.stored[path]
+        return {key: (spent / stored if stored > 0 else 1.0) for key, (spent, stored) in sums.items()}
+
     def line(self) -> str:
         """The progress line (see the module)."""
         done, total = len(self.costs), len(self.todo)
@@ -127,9 +141,10 @@ class Progress:
         by_method: dict[str, list[float]] = {}
         for method, cpu in self.costs.values():
             by_method.setdefault(method, []).append(cpu)
-        timed = [statistics.median(by_method[m]) for _, m in left if m in by_method]
-        estimated = [self.stored[p] for p, m in left if m not in by_method and p in self.stored]
-        unknown = [m for p, m in left if m not in by_method and p not in self.stored]
+        speed = self.speed()
+        estimated = [self.stored[p] * speed.get(m, speed[None]) for p, m in left if p in self.stored]
+        timed = [statistics.median(by_method[m]) for p, m in left if p not in self.stored and m in by_method]
+        unknown = [m for p, m in left if p not in self.stored and m not in by_method]
         if timed or estimated:
             at_once = min(self.workers, len(left))
             text += f"; {duration((sum(timed) + sum(estimated)) / at_once)} left at {at_once} at a time"
