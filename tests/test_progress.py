@@ -109,11 +109,19 @@ def test_stored_times_are_scaled_by_this_run_s_speed_so_the_dearest_jobs_first_d
 
 
 def test_the_snapshot_s_cpu_seconds_come_before_its_wall_seconds(tmp_path):
+    """A run without ``cpu_s`` (folded before runs recorded it) counts with its cell's other seeds' CPU seconds
+    where one recorded them: its wall time, often taken under load, can be several times its CPU time."""
     snapshot = tmp_path / "runs.csv"
     snapshot.write_text("study,run,status,wall_s,cpu_s,target\n"
                         "s,a,ok,1200.0,300.0,results/runs/s/a/Cora/x/k5/seed0.json\n"
+                        "s,a,ok,1500.0,,results/runs/s/a/Cora/x/k5/seed1.json\n"
+                        "s,a,ok,1500.0,340.0,results/runs/s/a/Cora/x/k5/seed2.json\n"
+                        "s,a,ok,1500.0,,results/runs/s/a/Cora/x/k10/seed1.json\n"
                         "s,b,ok,900.0,,results/runs/s/b/Cora/x/k5/seed0.json\n")
     assert stored_costs(snapshot) == {("s", "a", "Cora", "x", "k5", "seed0.json"): 300.0,
+                                      ("s", "a", "Cora", "x", "k5", "seed1.json"): 320.0,
+                                      ("s", "a", "Cora", "x", "k5", "seed2.json"): 340.0,
+                                      ("s", "a", "Cora", "x", "k10", "seed1.json"): 1500.0,
                                       ("s", "b", "Cora", "x", "k5", "seed0.json"): 900.0}
 
 

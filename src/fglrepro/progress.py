@@ -52,16 +52,29 @@ def run_key(path: str | Path) -> tuple[str, ...]:
 
 
 def stored_costs(runs_csv: str | Path) -> dict[tuple[str, ...], float]:
-    """``run_key -> seconds`` of the finished runs of a snapshot's ``runs.csv`` (``target``, and ``cpu_s``
-    where recorded, else ``wall_s``: :func:`fglrepro.report.snapshot.cost_seconds` without pandas); empty when
-    the file is absent."""
+    """``run_key -> seconds`` of the finished runs of a snapshot's ``runs.csv`` (``target``): ``cpu_s`` where
+    recorded; for a run folded before runs recorded it, the median ``cpu_s`` of the other seeds of its cell
+    (:func:`run_key` without the seed) where one did, else its ``wall_s`` (which under load is several times the
+    CPU time). Empty when the file is absent."""
     try:
         with open(runs_csv, newline="") as handle:
-            rows = list(csv.DictReader(handle))
+            rows = [row for row in csv.DictReader(handle) if row.get("status") == "ok" and row.get("target")]
     except OSError:
         return {}
-    return {run_key(row["target"]): float(row.get("cpu_s") or row["wall_s"]) for row in rows
-            if row.get("status") == "ok" and row.get("target") and (row.get("cpu_s") or row.get("wall_s"))}
+    cpu = {run_key(row["target"]): float(row["cpu_s"]) for row in rows if row.get("cpu_s")}
+    by_cell: dict[tuple[str, ...], list[float]] = {}
+    for key, seconds in cpu.items():
+        by_cell.setdefault(key[:-1], []).append(seconds)
+    out = {}
+    for row in rows:
+        key = run_key(row["target"])
+        if key in cpu:
+            out[key] = cpu[key]
+        elif key[:-1] in by_cell:
+            out[key] = statistics.median(by_cell[key[:-1]])
+        elif row.get("wall_s"):
+            out[key] = float(row["wall_s"])
+    return out
 
 
 def cell_key(key: tuple[str, ...]) -> tuple[str, ...]:
