@@ -44,22 +44,26 @@ class Measured(NamedTuple):
 
 def measured(runs_csv: str | Path) -> Measured:
     """:class:`Measured` of a snapshot's ``runs.csv`` (empty when the file is absent). A CUDA run is left out
-    (its peak is GPU memory and its time is not a CPU job's), and so is a run without the measurement."""
+    (its peak is GPU memory and its time is not a CPU job's), and so is a run without the measurement. A cell's
+    cost is its highest ``cpu_s``; the wall time counts only for a cell with no run that recorded its CPU time
+    (runs folded before 2026-11-29), since a wall time taken under load can be several times the CPU time."""
     try:
         with open(runs_csv, newline="") as handle:
             rows = list(csv.DictReader(handle))
     except OSError:
         return Measured({}, {})
-    found = Measured({}, {})
+    found, cpu, wall = Measured({}, {}), {}, {}
     for row in rows:
         if row.get("status") != "ok" or row.get("device") != "cpu":
             continue
         cell = (row["run"], row["dataset"], int(row["clients"]))
-        cost = row.get("cpu_s") or row.get("wall_s")
-        for table, value in ((found.peak_mib, row.get("peak_memory_mb")), (found.seconds, cost)):
+        for table, value in ((found.peak_mib, row.get("peak_memory_mb")), (cpu, row.get("cpu_s")),
+                             (wall, row.get("wall_s"))):
             if value:
                 for key in ((row["study"], *cell), cell):
                     table[key] = max(table.get(key, 0.0), float(value))
+    found.seconds.update(wall)
+    found.seconds.update(cpu)
     return found
 
 
