@@ -56,7 +56,7 @@ def test_runs_of_methods_not_timed_yet_count_with_the_snapshot_s_time_of_the_sam
     assert stored == {("s", "fedsage_plus", "Cora", "x", "k5", "seed0.json"): 1200.0,
                       ("s", "fedavg", "Cora", "x", "k5", "seed1.json"): 900.0}
     runs = tmp_path / "elsewhere" / "runs" / "s"
-    planned = [(runs / "fedavg/Cora/x/k5/seed0.json", "fedavg"), (runs / "fedavg/Cora/x/k5/seed1.json", "fedavg"),
+    planned = [(runs / "fedavg/Cora/x/k10/seed0.json", "fedavg"), (runs / "fedavg/Cora/x/k5/seed1.json", "fedavg"),
                (runs / "fedsage_plus/Cora/x/k5/seed0.json", "fedsage_plus"),
                (runs / "fedtad/Cora/x/k5/seed0.json", "fedtad")]
     progress = Progress(planned, workers=1, stored=stored)
@@ -127,7 +127,8 @@ def test_the_snapshot_s_cpu_seconds_come_before_its_wall_seconds(tmp_path):
 
 def test_grid_points_the_snapshot_does_not_keep_count_with_the_point_it_kept_for_the_same_cell(tmp_path):
     """The snapshot keeps one point per grid cell (the one validation chose): the other points of that cell
-    count with its time (or with the cell's run from before it had a grid); a point of another cell does not."""
+    count with its time (or with the cell's run from before it had a grid), those of a seed it lacks with its
+    other seeds'; a point of another cell (another client count) does not."""
     snapshot = tmp_path / "runs.csv"
     snapshot.write_text("study,run,status,cpu_s,wall_s,target\n"
                         "s,g,ok,120.0,130.0,results/runs/s/g@tau=0.5/Cora/x/k5/seed0.json\n"
@@ -136,12 +137,32 @@ def test_grid_points_the_snapshot_does_not_keep_count_with_the_point_it_kept_for
     planned = [(runs / "g@tau=0.5/Cora/x/k5/seed0.json", "fedgkd"),
                (runs / "g@tau=0.05/Cora/x/k5/seed0.json", "fedgkd"),
                (runs / "g@tau=0.05/Cora/x/k5/seed1.json", "fedgkd"),
-               (runs / "h@tau=0.5/Cora/x/k5/seed0.json", "fedavg")]
+               (runs / "h@tau=0.5/Cora/x/k5/seed0.json", "fedavg"),
+               (runs / "g@tau=0.05/Cora/x/k10/seed0.json", "fedgkd")]
     progress = Progress(planned, workers=1, stored=stored_costs(snapshot))
-    assert progress.stored == {planned[0][0]: 120.0, planned[1][0]: 120.0, planned[3][0]: 600.0}
+    assert progress.stored == {planned[0][0]: 120.0, planned[1][0]: 120.0, planned[2][0]: 120.0,
+                               planned[3][0]: 600.0}
     progress.update()
-    assert progress.line() == ("progress: 0 of 4 training runs done (0 %), 0.0 CPU-min so far; about 14 min left "
-                               "at 1 at a time (3 runs estimated from docs/results; not counted: 1 runs of fedgkd, "
+    assert progress.line() == ("progress: 0 of 5 training runs done (0 %), 0.0 CPU-min so far; about 16 min left "
+                               "at 1 at a time (4 runs estimated from docs/results; not counted: 1 runs of fedgkd, "
+                               "not timed yet)")
+
+
+def test_a_seed_the_snapshot_lacks_counts_with_the_median_of_its_cell_s_other_seeds(tmp_path):
+    """Running the seeds a cell still needs (e.g. the papers' seeds 1-2 where the snapshot holds seed 0): each
+    counts with the median of the seeds the snapshot has of the same cell, not as not timed."""
+    snapshot = tmp_path / "runs.csv"
+    snapshot.write_text("study,run,status,cpu_s,target\n"
+                        "s,fedgm_ft,ok,2000.0,results/runs/s/fedgm_ft/Computers/x/k10/seed0.json\n"
+                        "s,fedgm_ft,ok,2400.0,results/runs/s/fedgm_ft/Computers/x/k10/seed1.json\n"
+                        "s,fedgm_ft,ok,50.0,results/runs/s/fedgm_ft/Cora/x/k10/seed0.json\n")
+    runs = tmp_path / "runs" / "s" / "fedgm_ft"
+    planned = [(runs / "Computers/x/k10/seed2.json", "finetune"), (runs / "Computers/x/k5/seed2.json", "finetune")]
+    progress = Progress(planned, workers=2, stored=stored_costs(snapshot))
+    assert progress.stored == {planned[0][0]: 2200.0}
+    progress.update()
+    assert progress.line() == ("progress: 0 of 2 training runs done (0 %), 0.0 CPU-min so far; about 18 min left "
+                               "at 2 at a time (1 runs estimated from docs/results; not counted: 1 runs of finetune, "
                                "not timed yet)")
 
 

@@ -8,8 +8,8 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 
 The estimate adds the CPU seconds of the runs still to do and divides by the number of jobs that
 run at once. A run the committed snapshot times (``docs/results/runs.csv``, :func:`stored_costs`: the CPU time,
-else wall time, of the same job; for a grid point, of the points the snapshot kept for that cell,
-:func:`planned_costs`) counts with that time, scaled by how this run's finished runs of the same method
+else wall time, of the same job; for a grid point, of the points the snapshot kept for that cell; for a
+seed the snapshot lacks, of the cell's other seeds, :func:`planned_costs`) counts with that time, scaled by how this run's finished runs of the same method
 compare with their stored times (of all methods until one of its own has finished), as the line says
 ("N runs estimated from docs/results"). Another run counts with the median ``cpu_s`` of the runs of its
 method finished so far; the rest are named instead of guessed ("not counted: ..."). A per-job time keeps
@@ -85,18 +85,24 @@ def cell_key(key: tuple[str, ...]) -> tuple[str, ...]:
 
 def planned_costs(paths: Iterable[Path], stored: dict[tuple[str, ...], float]) -> dict[Path, float]:
     """``path -> seconds`` of the planned run JSONs ``paths`` that ``stored`` (:func:`stored_costs`) times: the
-    same job, or for a grid point the snapshot does not keep (it keeps the point each cell chose), the median
-    of the cell's stored points."""
+    same job; else, for a grid point the snapshot does not keep (it keeps the point each cell chose), the median
+    of the cell's stored points of the same seed; else the median of the cell's stored runs of other seeds (a seed
+    not run yet costs about what the cell's other seeds did)."""
     by_cell: dict[tuple[str, ...], list[float]] = {}
+    by_seedless_cell: dict[tuple[str, ...], list[float]] = {}
     for key, cost in stored.items():
         by_cell.setdefault(cell_key(key), []).append(cost)
+        by_seedless_cell.setdefault(cell_key(key)[:-1], []).append(cost)
     out = {}
     for path in paths:
         key = run_key(path)
+        cell = cell_key(key)
         if key in stored:
             out[path] = stored[key]
-        elif split_run_id(key[1])[1] is not None and (cell := cell_key(key)) in by_cell:
+        elif split_run_id(key[1])[1] is not None and cell in by_cell:
             out[path] = statistics.median(by_cell[cell])
+        elif cell[:-1] in by_seedless_cell:
+            out[path] = statistics.median(by_seedless_cell[cell[:-1]])
     return out
 
 
