@@ -7,11 +7,19 @@ import io
 import json
 import logging
 import os
+import threading
 import time
 
 from fglrepro.fl.loop import RoundProgress
 from fglrepro.fl.ticker import Ticker
-from fglrepro.progress import Progress, damaged_runs_message, duration, start, stored_costs
+from fglrepro.progress import (
+    Progress,
+    cancel_rescheduling_timers,
+    damaged_runs_message,
+    duration,
+    start,
+    stored_costs,
+)
 
 
 def finish(path, method, cpu_s):
@@ -301,3 +309,16 @@ def test_a_sequential_round_says_how_many_clients_are_done_when_it_is_slow(caplo
     assert uploads == {0: "upload 0", 2: "upload 2"}
     assert [r.getMessage() for r in caplog.records] == [f"round 3, clients updated: {i}/3 ({31 * i} s)"
                                                         for i in (1, 2, 3)]
+
+
+def test_the_end_of_a_workflow_cancels_pending_rescheduling_timers_so_the_process_exits_at_once():
+    """A one-minute ``max-jobs-per-timespan`` leaves a non-daemon timer that would hold the ended process."""
+    fired = []
+    timer = threading.Timer(600, lambda: fired.append(True))
+    timer.start()
+    other = threading.Thread(target=time.sleep, args=(0.2,))
+    other.start()
+    cancel_rescheduling_timers()
+    timer.join(timeout=5)
+    other.join(timeout=5)
+    assert not timer.is_alive() and not fired and not other.is_alive()

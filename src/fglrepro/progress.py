@@ -197,6 +197,20 @@ def start(planned: Iterable[tuple[str | Path, str]], workers: int, every_s: floa
 
 # ---- a run that ends: jobs a signal stopped and how to go on, damaged run files; a lock held by another run
 
+
+def cancel_rescheduling_timers() -> None:
+    """Cancel the pending ``threading.Timer`` threads of this process (Snakemake's re-scheduling timers), so that
+    Snakemake exits as soon as the workflow has ended.
+
+    The workflow profile sets ``max-jobs-per-timespan`` to a one-minute window: Snakemake then looks over its ready
+    jobs when a job ends and once a minute, instead of every second; each look stats every ready job's inputs
+    (half a core with the ~450 ready jobs of the papers'-seeds main tables, ``benchmarks/MAIN_TABLES.md``). Each look
+    leaves a timer, not a daemon thread, that would hold the finished process for up to that minute."""
+    for thread in threading.enumerate():
+        if isinstance(thread, threading.Timer):
+            thread.cancel()
+
+
 #: the line ``fgl-train`` logs when SIGTERM or SIGINT stops it (``fglrepro.cli.train``).
 STOP_MARK = "stopped by SIG"
 

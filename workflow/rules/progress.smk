@@ -40,18 +40,20 @@ onstart:
 
 
 onsuccess:
-    from fglrepro.progress import clear_active_run, damaged_runs_message
+    from fglrepro.progress import cancel_rescheduling_timers, clear_active_run, damaged_runs_message
 
     clear_active_run()
+    cancel_rescheduling_timers()
     message = damaged_runs_message(in_results("logs/aggregate"), WORKFLOW_STARTED)
     if message:
         print(message, file=sys.stderr)
 
 
 onerror:
-    from fglrepro.progress import clear_active_run, stop_message, stopped_jobs
+    from fglrepro.progress import cancel_rescheduling_timers, clear_active_run, stop_message, stopped_jobs
 
     clear_active_run()
+    cancel_rescheduling_timers()
     message = stop_message(stopped_jobs(in_results("logs/train"), WORKFLOW_STARTED))
     if message:
         print(message, file=sys.stderr)
