@@ -6,15 +6,15 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 
     progress: 12 of 120 training runs done (10 %), 3.2 CPU-min so far; about 25 min left at 2 at a time
 
-The estimate adds the CPU seconds of the runs still to do and divides by the number of jobs that
-run at once. A run the committed snapshot times (``docs/results/runs.csv``, :func:`stored_costs`: the CPU time,
-else wall time, of the same job; for a grid point, of the points the snapshot kept for that cell; for a
-seed the snapshot lacks, of the cell's other seeds, :func:`planned_costs`) counts with that time, scaled
-by how this run's finished runs of the same method compare with their stored times (of all methods until one of its own has finished), as the line says
-("N runs estimated from docs/results"). Another run counts with the median ``cpu_s`` of the runs of its
-method finished so far; the rest are named instead of guessed ("not counted: ..."). A per-job time keeps
-the estimate right when the dearest jobs run first (Snakemake's ``priority``, :mod:`fglrepro.resources`):
-a method's first finished runs are then its longest, and their median would count every later run as long.
+The estimate adds the CPU seconds of the runs still to do and divides by the number of jobs that run at once. A run
+the committed snapshot times (``docs/results/runs.csv``, :func:`stored_costs`: the CPU time, else wall time, of the
+same job; for a grid point, of the points the snapshot kept for that cell; for a seed the snapshot lacks, of the
+cell's other seeds, :func:`planned_costs`) counts with that time, scaled by how this run's finished runs of the same
+method compare with their stored times (of all methods until one of its own has finished), as the line says ("N runs
+estimated from docs/results"). Another run counts with the median ``cpu_s`` of the runs of its method finished so
+far; the rest are named instead of guessed ("not counted: ..."). A per-job time keeps the estimate right when the
+dearest jobs run first (Snakemake's ``priority``, :mod:`fglrepro.resources`): a method's first finished runs are
+then its longest, and their median would count every later run as long.
 """
 
 from __future__ import annotations
