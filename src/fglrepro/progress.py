@@ -91,8 +91,9 @@ def planned_costs(paths: Iterable[Path], stored: dict[tuple[str, ...], float]) -
     by_cell: dict[tuple[str, ...], list[float]] = {}
     by_seedless_cell: dict[tuple[str, ...], list[float]] = {}
     for key, cost in stored.items():
-        by_cell.setdefault(cell_key(key), []).append(cost)
-        by_seedless_cell.setdefault(cell_key(key)[:-1], []).append(cost)
+        cell = cell_key(key)
+        by_cell.setdefault(cell, []).append(cost)
+        by_seedless_cell.setdefault(cell[:-1], []).append(cost)
     out = {}
     for path in paths:
         key = run_key(path)
