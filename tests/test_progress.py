@@ -174,6 +174,28 @@ def test_a_seed_the_snapshot_lacks_counts_with_the_median_of_its_cell_s_other_se
                                "not timed yet)")
 
 
+def test_a_row_the_study_never_ran_counts_with_the_same_row_on_the_same_dataset_and_clients_elsewhere(tmp_path):
+    """O-pFGL's Table 18 (Metis) runs FedGM+ft on Computers-10 where the snapshot holds it only from Table 17
+    (Louvain): those seeds count with the median of that row's stored runs on Computers-10 in any study or
+    scheme, the same cells :func:`fglrepro.resources.lookup` declares from; another client count does not."""
+    snapshot = tmp_path / "runs.csv"
+    snapshot.write_text("study,run,status,cpu_s,target\n"
+                        "t17,fedgm_ft,ok,2000.0,results/runs/t17/fedgm_ft/Computers/louvain/k10/seed0.json\n"
+                        "t17,fedgm_ft,ok,2400.0,results/runs/t17/fedgm_ft/Computers/louvain/k10/seed1.json\n"
+                        "t17,fedgm_ft,ok,2300.0,results/runs/t17/fedgm_ft/Computers/louvain/k10/seed2.json\n"
+                        "t17,fedgm_ft,ok,100.0,results/runs/t17/fedgm_ft/Computers/louvain/k5/seed0.json\n"
+                        "t17,fedlog,ok,400.0,results/runs/t17/fedlog/Computers/louvain/k10/seed0.json\n")
+    runs = tmp_path / "runs" / "t18"
+    planned = [(runs / f"fedgm_ft/Computers/metis/k10/seed{seed}.json", "finetune") for seed in range(3)]
+    planned.append((runs / "fedgm_ft/Computers/metis/k20/seed0.json", "finetune"))
+    progress = Progress(planned, workers=1, stored=stored_costs(snapshot))
+    assert progress.stored == {path: 2300.0 for path, _ in planned[:3]}
+    progress.update()
+    assert progress.line() == ("progress: 0 of 4 training runs done (0 %), 0.0 CPU-min so far; about 1 h 55 min "
+                               "left at 1 at a time (3 runs estimated from docs/results; not counted: 1 runs of "
+                               "finetune, not timed yet)")
+
+
 def test_one_job_at_a_time_when_fewer_runs_are_left_than_workers(tmp_path):
     done, left = tmp_path / "done.json", tmp_path / "left.json"
     progress = Progress([(done, "fedavg"), (left, "fedavg")], workers=8)

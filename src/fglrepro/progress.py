@@ -9,7 +9,8 @@ included); a daemon thread then prints, every ``every_s`` seconds, a line such a
 The estimate adds the CPU seconds of the runs still to do and divides by the number of jobs that run at once. A run
 the committed snapshot times (``docs/results/runs.csv``, :func:`stored_costs`: the CPU time, else wall time, of the
 same job; for a grid point, of the points the snapshot kept for that cell; for a seed the snapshot lacks, of the
-cell's other seeds, :func:`planned_costs`) counts with that time, scaled by how this run's finished runs of the same
+cell's other seeds; else of the same row on the same dataset and client count in another study or partition
+scheme, :func:`planned_costs`) counts with that time, scaled by how this run's finished runs of the same
 method compare with their stored times (of all methods until one of its own has finished), as the line says ("N runs
 estimated from docs/results"). Another run counts with the median ``cpu_s`` of the runs of its method finished so
 far; the rest are named instead of guessed ("not counted: ..."). A per-job time keeps the estimate right when the
@@ -83,17 +84,27 @@ def cell_key(key: tuple[str, ...]) -> tuple[str, ...]:
     return (study, split_run_id(run)[0], *rest)
 
 
+def row_key(cell: tuple[str, ...]) -> tuple[str, ...]:
+    """A :func:`cell_key`'s row, dataset and client count: the same in every study and partition scheme."""
+    _, row, dataset, _, clients, _ = cell
+    return row, dataset, clients
+
+
 def planned_costs(paths: Iterable[Path], stored: dict[tuple[str, ...], float]) -> dict[Path, float]:
     """``path -> seconds`` of the planned run JSONs ``paths`` that ``stored`` (:func:`stored_costs`) times: the
     same job; else, for a grid point the snapshot does not keep (it keeps the point each cell chose), the median
     of the cell's stored points of the same seed; else the median of the cell's stored runs of other seeds (a seed
-    not run yet costs about what the cell's other seeds did)."""
+    not run yet costs about what the cell's other seeds did); else the median of the stored runs of the same row
+    on the same dataset and client count in other studies or partition schemes (e.g. FedGM+ft on Computers-10 in
+    O-pFGL's Louvain table for its Metis table; what :func:`fglrepro.resources.lookup` declares from)."""
     by_cell: dict[tuple[str, ...], list[float]] = {}
     by_seedless_cell: dict[tuple[str, ...], list[float]] = {}
+    by_row: dict[tuple[str, ...], list[float]] = {}
     for key, cost in stored.items():
         cell = cell_key(key)
         by_cell.setdefault(cell, []).append(cost)
         by_seedless_cell.setdefault(cell[:-1], []).append(cost)
+        by_row.setdefault(row_key(cell), []).append(cost)
     out = {}
     for path in paths:
         key = run_key(path)
@@ -104,6 +115,8 @@ def planned_costs(paths: Iterable[Path], stored: dict[tuple[str, ...], float]) -
             out[path] = statistics.median(by_cell[cell])
         elif cell[:-1] in by_seedless_cell:
             out[path] = statistics.median(by_seedless_cell[cell[:-1]])
+        elif row_key(cell) in by_row:
+            out[path] = statistics.median(by_row[row_key(cell)])
     return out
 
 
