@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/method_costs.py [--repeats 3] [--datasets Cora CiteSeer]
         [--studies fedtad_table2 ...] [--runs fedgkc fml ...] [--clients N] [--before-src /path/to/old/src]
         [--merge earlier.csv ...] [--out benchmarks/METHOD_COSTS]
-        [--export jobs.json | --jobs jobs.json] [--device cpu|cuda] [--deadline SECONDS]
+        [--export jobs.json [--split N] | --jobs jobs.json] [--device cpu|cuda] [--deadline SECONDS]
+    .venv/bin/python benchmarks/method_costs.py --combine part0.csv part1.csv ... [--out benchmarks/METHOD_COSTS]
 
 The jobs are the workflow's own: the script reads every seed-0 training command from
 ``snakemake -n -p``, keeps the cells of ``--datasets`` with 10 clients (FedGLS: its 8; ``--clients``: that
@@ -25,6 +26,13 @@ clients, seconds, fedavg_seconds, ratio, wall_seconds, peak_mb, repeats, device`
 JSON's ``peak_memory_mb``; ``before_*`` with ``--before-src``) and ``<out>.md``. ``--merge`` adds the
 ``before_*`` columns of an earlier output (e.g. the old code measured alone with ``--src old/src``),
 joined on study, run, dataset and clients.
+
+Two cores measure twice as many rows: ``--export jobs.json --split 2`` writes ``jobs.0.json`` and ``jobs.1.json``,
+halves of about equal cost by the snapshot's CPU times (:func:`split_jobs`), each with its cells' FedAvg jobs; run
+one invocation per half side by side (``--jobs jobs.<i>.json --out part<i>``), then ``--combine part0.csv
+part1.csv``: one table whose ``fedavg_seconds`` is, per cell, the median of every FedAvg median the parts measured
+(the cell's reference and its own row in each part, :func:`pooled_references`), so that the load of the other half,
+which moves one FedAvg median by up to about 15 %, does not decide a cell's ratios.
 """
 
 from __future__ import annotations
@@ -126,6 +134,42 @@ def cost_table(selected: list[Key], failed: dict[Key, str], jobs: dict[Key, list
     return pd.DataFrame(rows)
 
 
+def split_jobs(selected: list[Key], parts: int,
+               runs_csv: Path = REPO / "docs" / "results" / "runs.csv") -> list[list[Key]]:
+    """``selected`` in ``parts`` lists of about equal cost, dearest first into the cheapest part so far; a job's cost
+    is the snapshot's highest CPU time of its row and cell (:func:`fglrepro.resources.lookup`), 15 s when none."""
+    from fglrepro.resources import lookup, measured
+
+    seconds = measured(runs_csv).seconds
+    cost = {key: lookup(seconds, *key) or 15.0 for key in selected}
+    out: list[list[Key]] = [[] for _ in range(parts)]
+    loads = [0.0] * parts
+    for key in sorted(selected, key=lambda k: (-cost[k], k)):
+        i = loads.index(min(loads))
+        out[i].append(key)
+        loads[i] += cost[key]
+    return [sorted(part) for part in out]
+
+
+def pooled_references(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Outputs of invocations run side by side as one table: each row from the first part that has it,
+    ``fedavg_seconds`` the median over the parts of every FedAvg median of the row's cell (the reference measured
+    for the cell's rows and the FedAvg row's own ``seconds``), ``ratio`` again ``seconds`` over it."""
+    both = pd.concat(parts, ignore_index=True)
+    medians: dict[tuple, set] = {}
+    for row in both.itertuples():
+        reference = (*FEDAVG[row.study], row.dataset, row.clients)
+        medians.setdefault(reference, set()).add(("reference", row.fedavg_seconds))
+        if (row.study, row.run) == FEDAVG[row.study]:
+            medians.setdefault((row.study, row.run, row.dataset, row.clients), set()).add(("own", row.seconds))
+    pooled = {cell: statistics.median(value for _, value in values) for cell, values in medians.items()}
+    table = both.drop_duplicates(subset=["study", "run", "dataset", "clients"], keep="first").copy()
+    table["fedavg_seconds"] = [round(pooled[(*FEDAVG[s], d, c)], 2)
+                               for s, d, c in zip(table.study, table.dataset, table.clients)]
+    table["ratio"] = (table.seconds / table.fedavg_seconds).round(2)
+    return table.sort_values(["study", "run", "dataset", "clients"]).reset_index(drop=True)
+
+
 def write_outputs(table: pd.DataFrame, args, start: str, load_before: float, device: str,
                   failed: dict[Key, str]) -> None:
     keys = ["study", "run", "dataset", "clients"]
@@ -169,8 +213,13 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, help="start no measurement after this many seconds")
     parser.add_argument("--share-reference", action="store_true",
                         help="measure each cell's FedAvg once per repetition, not next to every method")
+    parser.add_argument("--split", type=int, default=1, help="with --export: write N files of about equal cost")
+    parser.add_argument("--combine", type=Path, nargs="+", help="outputs of invocations side by side -> one table")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "METHOD_COSTS"))
     args = parser.parse_args()
+    if args.combine:
+        pooled_references([pd.read_csv(path) for path in args.combine]).to_csv(f"{args.out}.csv", index=False)
+        return
     studies = sorted(set(args.studies) | {FEDAVG[s][0] for s in args.studies})
     if args.jobs:
         jobs = {tuple(job["key"]): job["argv"] for job in json.loads(args.jobs.read_text())}
@@ -180,8 +229,11 @@ def main() -> None:
                       and key[3] == (args.clients or CLIENTS.get(key[0], 10))
                       and (not args.runs or key[1].split("@")[0] in args.runs))
     if args.export:
-        needed = sorted(set(selected) | {(*FEDAVG[key[0]], key[2], key[3]) for key in selected})
-        args.export.write_text(json.dumps([{"key": key, "argv": jobs[key]} for key in needed], indent=1))
+        parts = split_jobs(selected, args.split) if args.split > 1 else [selected]
+        for i, part in enumerate(parts):
+            needed = sorted(set(part) | {(*FEDAVG[key[0]], key[2], key[3]) for key in part})
+            path = args.export.with_suffix(f".{i}.json") if args.split > 1 else args.export
+            path.write_text(json.dumps([{"key": key, "argv": jobs[key]} for key in needed], indent=1))
         return
     trees = {"": args.src, **({"before_": args.before_src} if args.before_src else {})}
     samples: dict[tuple, list[tuple[float, float, float]]] = {}
