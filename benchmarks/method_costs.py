@@ -155,14 +155,16 @@ def pooled_references(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """Outputs of invocations run side by side as one table: each row from the first part that has it,
     ``fedavg_seconds`` the median over the parts of every FedAvg median of the row's cell (the reference measured
     for the cell's rows and the FedAvg row's own ``seconds``), ``ratio`` again ``seconds`` over it."""
+    # cell -> {(part, kind, median)}: a part's reference median once however many rows of the cell repeat it
+    medians: dict[tuple, set[tuple[int, str, float]]] = {}
+    for i, part in enumerate(parts):
+        for row in part.itertuples():
+            medians.setdefault((*FEDAVG[row.study], row.dataset, row.clients), set()).add(
+                (i, "reference", row.fedavg_seconds))
+            if (row.study, row.run) == FEDAVG[row.study]:
+                medians.setdefault((row.study, row.run, row.dataset, row.clients), set()).add((i, "own", row.seconds))
+    pooled = {cell: statistics.median(value for *_, value in values) for cell, values in medians.items()}
     both = pd.concat(parts, ignore_index=True)
-    medians: dict[tuple, set] = {}
-    for row in both.itertuples():
-        reference = (*FEDAVG[row.study], row.dataset, row.clients)
-        medians.setdefault(reference, set()).add(("reference", row.fedavg_seconds))
-        if (row.study, row.run) == FEDAVG[row.study]:
-            medians.setdefault((row.study, row.run, row.dataset, row.clients), set()).add(("own", row.seconds))
-    pooled = {cell: statistics.median(value for _, value in values) for cell, values in medians.items()}
     table = both.drop_duplicates(subset=["study", "run", "dataset", "clients"], keep="first").copy()
     table["fedavg_seconds"] = [round(pooled[(*FEDAVG[s], d, c)], 2)
                                for s, d, c in zip(table.study, table.dataset, table.clients)]
