@@ -8,6 +8,7 @@ import torch
 from helpers import make_method
 
 from fglrepro.config import EvalConfig
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.loop import run_federation
 from fglrepro.methods.fedsage_plus.neighbor_generation import NeighGen, SlotLinear, used_slots
 
@@ -60,6 +61,24 @@ def test_slot_linear_gradients_equal_the_dense_layer_and_tanh_with_unused_pairs_
 def test_slot_linear_passes_gradcheck():
     h, weight, bias, used = random_layer(rows=5, hidden=3, num_pred=2, features=2, dtype=torch.float64)
     assert torch.autograd.gradcheck(SlotLinear.apply, (h, weight, bias, used))
+
+
+@pytest.mark.parametrize("features", [300, 64])  # tiles of 128, 128 and 44 rows per slot; one of 64
+def test_slot_linear_stepping_its_weight_in_the_backward_pass_equals_gradient_then_step(features):
+    h, weight, bias, used = random_layer(rows=30, hidden=16, num_pred=3, features=features)
+    stepped = weight.detach().clone().requires_grad_(True)
+    reference = KernelOptimizer([weight, bias], lr=0.01, weight_decay=5e-4, fused=True)
+    tiled = KernelOptimizer([stepped, bias], lr=0.01, weight_decay=5e-4, fused=True)
+    upstream = torch.randn(30, 3, features, generator=torch.Generator().manual_seed(4))
+    for _ in range(3):  # slot 1 unused: weight decay alone moves its rows
+        expected = torch.autograd.grad((SlotLinear.apply(h, weight, bias, used) * upstream).sum(), (h, weight, bias))
+        weight.grad = expected[1]
+        reference.step()
+        got = torch.autograd.grad((SlotLinear.apply(h, stepped, bias, used, tiled) * upstream).sum(), (h, bias))
+        assert stepped.grad is None
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[2])
+        assert torch.equal(stepped, weight)
+    assert all(torch.equal(a, b) for a, b in zip(reference.state[0], tiled.state[0]))
 
 
 def test_generating_at_used_slots_draws_the_same_noise_and_dropout():
@@ -135,3 +154,18 @@ def test_a_reused_gradient_buffer_is_zero_at_slots_the_next_call_leaves_unused()
     first_only[:, 1] = False
     (grad,) = torch.autograd.grad(SlotLinear.apply(h, weight, bias, first_only).sum(), weight)
     assert (grad[512:] == 0).all() and (grad[:512] != 0).any()
+
+
+def test_fedsage_rounds_with_adam_are_the_same_whether_fgen_steps_in_the_backward_pass_or_after(sbm, monkeypatch):
+    """The fast path with fused Adam steps fGen's output weight tile by tile in the backward
+    pass (SlotLinear with the optimizer): the same runs bit for bit as the gradient then step."""
+    def run():
+        method = make_method(sbm, "fedsage_plus", {"generator_rounds": 3, "num_pred": 3}, rounds=4, engine="auto")
+        assert method.only_used_slots and method.gen_optimizers[0].fused
+        return run_federation(method, 4, EVAL).rounds, method.clients
+
+    tiled_rounds, tiled_clients = run()
+    monkeypatch.setattr(KernelOptimizer, "steps_tiles", property(lambda self: False))
+    rounds, clients = run()
+    assert tiled_rounds == rounds
+    assert all(torch.equal(a.x, b.x) for a, b in zip(tiled_clients, clients))

@@ -58,6 +58,34 @@ def test_decoupled_updates_equal_torch_adamw_bit_for_bit(fused):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_a_step_from_gradient_tiles_equals_the_step_from_the_whole_gradient_bit_for_bit(decoupled):
+    gen = torch.Generator().manual_seed(2)
+    whole, tiled = (torch.nn.Parameter(torch.randn(300, 16, generator=gen)) for _ in range(2))
+    with torch.no_grad():
+        tiled.copy_(whole)
+    make = lambda p: KernelOptimizer([p], lr=0.01, weight_decay=5e-2, fused=True, decoupled=decoupled)  # noqa: E731
+    a, b = make(whole), make(tiled)
+    for _ in range(4):
+        grad = torch.randn(300, 16, generator=gen)
+        grad[128:256] = 0  # a tile without loss gradient: only the weight decay moves it
+        whole.grad = grad
+        a.step()
+        b.step_tiles(tiled, ((slice(s, min(300, s + 128)), grad[s:s + 128].clone()) for s in range(0, 300, 128)))
+        assert tiled.grad is None
+    assert torch.equal(whole, tiled) and not torch.equal(whole, torch.randn(300, 16, generator=gen))
+    assert all(torch.equal(x, y) for x, y in zip(a.state[0], b.state[0]))
+
+
+@pytest.mark.parametrize("kind", [dict(momentum=0.0, fused=True), dict(fused=None)])
+def test_gradient_tiles_need_fused_adam(kind):
+    p = torch.nn.Parameter(torch.zeros(3))
+    optimizer = KernelOptimizer([p], lr=0.1, **kind)
+    assert not optimizer.steps_tiles
+    with pytest.raises(ValueError, match="fused Adam"):
+        optimizer.step_tiles(p, [(slice(0, 3), torch.ones(3))])
+
+
 def test_train_optimizer_adamw_selects_decoupled_decay_and_sgd_refuses_it():
     params = parameters()
     assert KernelOptimizer.of(params, TrainConfig(optimizer="adamw")).decoupled

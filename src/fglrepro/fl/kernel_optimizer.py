@@ -75,12 +75,42 @@ class KernelOptimizer:
             self.state.update((i, [b]) for i, b in zip(live, buffers))
             return
         for i in live:
-            if i not in self.state:
-                p = self.params[i]
-                step = (torch.zeros((), dtype=torch.float32, device=p.device) if self.fused
-                        else torch.tensor(0.0, dtype=torch.float32))
-                self.state[i] = [step, torch.zeros_like(p), torch.zeros_like(p)]
+            self._adam_state(i)
         steps, exp_avgs, exp_avg_sqs = zip(*(self.state[i] for i in live)) if live else ((), (), ())
         adam(params, grads, list(exp_avgs), list(exp_avg_sqs), [], list(steps), fused=self.fused, amsgrad=False,
              beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=self.weight_decay, eps=1e-8, maximize=False,
              decoupled_weight_decay=self.decoupled)
+
+    def _adam_state(self, i: int) -> list[Tensor]:
+        """Parameter i's Adam step, first and second moments, created as torch creates them."""
+        if i not in self.state:
+            p = self.params[i]
+            step = (torch.zeros((), dtype=torch.float32, device=p.device) if self.fused
+                    else torch.tensor(0.0, dtype=torch.float32))
+            self.state[i] = [step, torch.zeros_like(p), torch.zeros_like(p)]
+        return self.state[i]
+
+    @property
+    def steps_tiles(self) -> bool:
+        """Whether :meth:`step_tiles` is available: fused Adam or AdamW (elementwise kernels)."""
+        return self.momentum is None and bool(self.fused)
+
+    @torch.no_grad()
+    def step_tiles(self, param: Tensor, tiles: Iterable[tuple[slice, Tensor]]) -> None:
+        """One update of ``param`` alone from its gradient given tile by tile, bit for bit the
+        update :meth:`step` makes from the whole gradient (the fused kernels are elementwise),
+        without the whole gradient ever existing: ``tiles`` yields ``(rows, grad)``, ``grad``
+        the gradient of ``param[rows]`` (rows as a slice of the first dimension), covering every
+        row once; each tile is stepped as soon as it is yielded, while it is in cache. For a
+        large parameter with a cheap gradient (FedSage+'s fGen output layer, where writing the
+        gradient and reading it back cost as much as computing it). Fused Adam or AdamW only
+        (:attr:`steps_tiles`); ``param.grad`` is neither read nor set."""
+        if not self.steps_tiles:
+            raise ValueError("step_tiles needs fused Adam or AdamW")
+        step, exp_avg, exp_avg_sq = self._adam_state(next(i for i, p in enumerate(self.params) if p is param))
+        step += 1
+        kernel = torch._fused_adamw_ if self.decoupled else torch._fused_adam_
+        for rows, grad in tiles:
+            kernel([param[rows]], [grad], [exp_avg[rows]], [exp_avg_sq[rows]], [], [step], amsgrad=False,
+                   lr=self.lr, beta1=0.9, beta2=0.999, weight_decay=self.weight_decay, eps=1e-8, maximize=False,
+                   grad_scale=None, found_inf=None)

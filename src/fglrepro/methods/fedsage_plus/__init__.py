@@ -109,6 +109,11 @@ class FedSagePlus(ParameterAveraging):
     when mending, the slots below each node's count. On every path the greedy loss measures
     only the distances it reads (:func:`greedy_feature_loss`) and a local step's mended graph
     takes fGen's region rows as they are (:func:`mend_graph` with ``rows``): the same numbers.
+    With few rows per slot (about 8 on Cora-10) the layer is memory-bound, not compute-bound:
+    on that path, with fused Adam, a local step's backward pass steps the layer's weight
+    itself, tile by tile while its gradient is in cache (:class:`SlotLinear` with an
+    optimizer), the same update bit for bit without writing and rereading a gradient of the
+    weight's size.
 
     Memory: phase 1 keeps every client's NeighGen with its optimiser state, whose output
     layer alone is ``3 * P * F * 2048`` floats with Adam (weights and two moments; 176 MB
@@ -205,7 +210,8 @@ class FedSagePlus(ParameterAveraging):
             for _ in range(self.federation.train.local_epochs):
                 optimizer.zero_grad(set_to_none=True)
                 z, count = model.encode(graph.x, graph.adj)
-                region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train))
+                region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train),
+                                             optimizer if optimizer.steps_tiles else None)
                 x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), region_feat, region)
                 logits = classifier(x, normalized_adjacency(edges, x.size(0)))[: graph.x.size(0)]
                 train_feat = region_feat[in_train]

@@ -106,6 +106,10 @@ def used_slots(count: Tensor, num_pred: int) -> Tensor:
 #: fGen output-layer weight gradients (59 MB on Cora), reused across steps and clients
 _WEIGHT_GRADIENTS = BufferPool()
 
+#: rows of the output layer's weight whose gradient :class:`SlotLinear` forms at a time when it
+#: steps the weight itself (1 MB at fGen's width 2048: stays in cache until stepped)
+TILE_ROWS = 128
+
 
 class SlotLinear(torch.autograd.Function):
     """fGen's output layer and activation ``tanh(h W^T + b)`` evaluated only at the used
@@ -117,17 +121,24 @@ class SlotLinear(torch.autograd.Function):
     and bias gradients are full dense tensors, zero at slots no row uses, so optimisers see the
     same shapes (and Adam's weight decay acts on every weight) as with the dense layer.
 
+    Given an ``optimizer`` that can (:meth:`~fglrepro.fl.kernel_optimizer.KernelOptimizer.step_tiles`),
+    the backward pass steps ``W`` itself instead of returning its gradient: the gradient is formed
+    ``TILE_ROWS`` rows at a time and each tile stepped while in cache (the same update bit for bit;
+    with few rows per slot, writing the ``[P*F, H]`` gradient and reading it back cost as much as
+    the GEMMs). Slot p's rows are stepped after its input gradient has read them.
+
     Args:
         h: ``[r, H]`` input rows.
         weight: ``[P*F, H]``, bias: ``[P*F]``: the dense layer's parameters.
         used: ``[r, P]`` bool.
+        optimizer: steps ``weight`` in the backward pass (once per backward pass), or None.
 
     Returns:
         ``[r, P, F]``.
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, used: Tensor) -> Tensor:
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, used: Tensor, optimizer=None) -> Tensor:
         num_pred = used.size(1)
         w, b = weight.view(num_pred, -1, h.size(1)), bias.view(num_pred, -1)
         out = h.new_zeros(h.size(0), num_pred, w.size(1))
@@ -136,7 +147,7 @@ class SlotLinear(torch.autograd.Function):
             if r.numel():
                 out[r, p] = torch.tanh(torch.addmm(b[p], h[r], w[p].t()))
         ctx.save_for_backward(h, weight, out)
-        ctx.rows = rows
+        ctx.rows, ctx.optimizer = rows, optimizer
         return out
 
     @staticmethod
@@ -145,20 +156,47 @@ class SlotLinear(torch.autograd.Function):
         num_pred = grad_out.size(1)
         w = weight.view(num_pred, -1, h.size(1))
         grad_h = torch.zeros_like(h) if ctx.needs_input_grad[0] else None
-        grad_w, grad_b = _WEIGHT_GRADIENTS.empty(tuple(weight.shape), weight.dtype, weight.device), \
-            weight.new_zeros(weight.size(0))
-        grad_w_slots, grad_b_slots = grad_w.view_as(w), grad_b.view(num_pred, -1)
+        grad_b = weight.new_zeros(weight.size(0))
+        grad_b_slots = grad_b.view(num_pred, -1)
+        # per slot: the pre-activation gradient [r_p, F] of the rows using it (None if none do)
+        slot_grads = []
         for p, r in enumerate(ctx.rows):
             if not r.numel():
-                grad_w_slots[p].zero_()
+                slot_grads.append(None)
                 continue
             y = out[r, p]
             g = grad_out[r, p] * (1 - y * y)
-            torch.mm(g.t(), h[r], out=grad_w_slots[p])
             grad_b_slots[p] = g.sum(0)
             if grad_h is not None:
                 grad_h.index_add_(0, r, g @ w[p])
-        return grad_h, grad_w, grad_b, None
+            slot_grads.append(g)
+        if ctx.optimizer is None:
+            grad_w = _WEIGHT_GRADIENTS.empty(tuple(weight.shape), weight.dtype, weight.device)
+            for p, (r, g) in enumerate(zip(ctx.rows, slot_grads)):
+                if g is None:
+                    grad_w.view_as(w)[p].zero_()
+                else:
+                    torch.mm(g.t(), h[r], out=grad_w.view_as(w)[p])
+            return grad_h, grad_w, grad_b, None, None
+        ctx.optimizer.step_tiles(weight, _weight_gradient_tiles(h, ctx.rows, slot_grads, w.size(1)))
+        return grad_h, None, grad_b, None, None
+
+
+def _weight_gradient_tiles(h: Tensor, rows: list[Tensor], slot_grads: list[Tensor | None], num_features: int):
+    """Yield ``(rows of W, gradient)`` tiles of :class:`SlotLinear`'s weight gradient in row order,
+    ``TILE_ROWS`` rows of one slot at a time (zeros for a slot no row uses), each in one reused buffer:
+    the caller is done with a tile when it asks for the next. ``h [r, H]``; ``rows[p]`` and
+    ``slot_grads[p] [r_p, F]`` slot p's rows and pre-activation gradient."""
+    buffer = h.new_empty(min(TILE_ROWS, num_features), h.size(1))
+    zeros = torch.zeros_like(buffer)
+    for p, (r, g) in enumerate(zip(rows, slot_grads)):
+        for start in range(0, num_features, TILE_ROWS):
+            stop = min(num_features, start + TILE_ROWS)
+            tile = slice(p * num_features + start, p * num_features + stop)
+            if g is None:
+                yield tile, zeros[: stop - start]
+            else:
+                yield tile, torch.mm(g.t()[start:stop], h[r], out=buffer[: stop - start])
 
 
 class _Dropout(nn.Module):
@@ -202,14 +240,16 @@ class NeighGen(nn.Module):
         z = self.encoder(x, adj)
         return z, F.relu(self.dgen(z)).squeeze(-1)
 
-    def generate(self, z: Tensor, used: Tensor | None = None) -> Tensor:
+    def generate(self, z: Tensor, used: Tensor | None = None, optimizer=None) -> Tensor:
         """Encodings ``[r, latent]`` -> generated features ``[r, P, F]``, computed only at
-        the (row, slot) pairs of the mask ``used [r, P]`` (0 elsewhere) unless it is None."""
+        the (row, slot) pairs of the mask ``used [r, P]`` (0 elsewhere) unless it is None; with
+        ``used``, an ``optimizer`` given steps the output layer's weight in the backward pass
+        (:class:`SlotLinear`)."""
         h = self.fgen[:-2](z + torch.randn_like(z))
         output, tanh = self.fgen[-2], self.fgen[-1]
         if used is None or self.num_pred == 0:
             return tanh(output(h)).view(z.size(0), self.num_pred, self.in_channels)
-        return SlotLinear.apply(h, output.weight, output.bias, used)
+        return SlotLinear.apply(h, output.weight, output.bias, used, optimizer)
 
     def forward(self, x: Tensor, adj: Tensor, nodes: Tensor | None = None,
                 only_used: bool = False) -> tuple[Tensor, Tensor]:
