@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from fglrepro.fl.buffers import BufferPool
 from fglrepro.fl.clients import ClientData, normalized_adjacency
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.models import GCN, dropout
 
 #: fGen hidden widths (authors' code zkhku/fedsage ``Gen`` and OpenFGL ``fGen``: 256 -> 2048).
@@ -125,7 +126,7 @@ class SlotLinear(torch.autograd.Function):
     the backward pass steps ``W`` itself instead of returning its gradient: the gradient is formed
     ``TILE_ROWS`` rows at a time and each tile stepped while in cache (the same update bit for bit;
     with few rows per slot, writing the ``[P*F, H]`` gradient and reading it back cost as much as
-    the GEMMs). Slot p's rows are stepped after its input gradient has read them.
+    the GEMMs). The input gradient reads every slot's weights before the first tile is stepped.
 
     Args:
         h: ``[r, H]`` input rows.
@@ -138,7 +139,8 @@ class SlotLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, used: Tensor, optimizer=None) -> Tensor:
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, used: Tensor,
+                optimizer: KernelOptimizer | None = None) -> Tensor:
         num_pred = used.size(1)
         w, b = weight.view(num_pred, -1, h.size(1)), bias.view(num_pred, -1)
         out = h.new_zeros(h.size(0), num_pred, w.size(1))
@@ -190,13 +192,14 @@ def _weight_gradient_tiles(h: Tensor, rows: list[Tensor], slot_grads: list[Tenso
     buffer = h.new_empty(min(TILE_ROWS, num_features), h.size(1))
     zeros = torch.zeros_like(buffer)
     for p, (r, g) in enumerate(zip(rows, slot_grads)):
+        h_rows = h[r] if g is not None else None
         for start in range(0, num_features, TILE_ROWS):
             stop = min(num_features, start + TILE_ROWS)
             tile = slice(p * num_features + start, p * num_features + stop)
             if g is None:
                 yield tile, zeros[: stop - start]
             else:
-                yield tile, torch.mm(g.t()[start:stop], h[r], out=buffer[: stop - start])
+                yield tile, torch.mm(g.t()[start:stop], h_rows, out=buffer[: stop - start])
 
 
 class _Dropout(nn.Module):
@@ -240,7 +243,7 @@ class NeighGen(nn.Module):
         z = self.encoder(x, adj)
         return z, F.relu(self.dgen(z)).squeeze(-1)
 
-    def generate(self, z: Tensor, used: Tensor | None = None, optimizer=None) -> Tensor:
+    def generate(self, z: Tensor, used: Tensor | None = None, optimizer: KernelOptimizer | None = None) -> Tensor:
         """Encodings ``[r, latent]`` -> generated features ``[r, P, F]``, computed only at
         the (row, slot) pairs of the mask ``used [r, P]`` (0 elsewhere) unless it is None; with
         ``used``, an ``optimizer`` given steps the output layer's weight in the backward pass
