@@ -165,7 +165,7 @@ def test_fedsage_rounds_with_adam_are_the_same_whether_fgen_steps_in_the_backwar
         return run_federation(method, 4, EVAL).rounds, method.clients
 
     tiled_rounds, tiled_clients = run()
-    monkeypatch.setattr(KernelOptimizer, "steps_tiles", property(lambda self: False))
+    monkeypatch.setattr(KernelOptimizer, "can_step_tiles", property(lambda self: False))
     rounds, clients = run()
     assert tiled_rounds == rounds
     assert all(torch.equal(a.x, b.x) for a, b in zip(tiled_clients, clients))

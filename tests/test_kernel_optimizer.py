@@ -81,7 +81,7 @@ def test_a_step_from_gradient_tiles_equals_the_step_from_the_whole_gradient_bit_
 def test_gradient_tiles_need_fused_adam(kind):
     p = torch.nn.Parameter(torch.zeros(3))
     optimizer = KernelOptimizer([p], lr=0.1, **kind)
-    assert not optimizer.steps_tiles
+    assert not optimizer.can_step_tiles
     with pytest.raises(ValueError, match="fused Adam"):
         optimizer.step_tiles(p, [(slice(0, 3), torch.ones(3))])
 

@@ -91,7 +91,7 @@ class KernelOptimizer:
         return self.state[i]
 
     @property
-    def steps_tiles(self) -> bool:
+    def can_step_tiles(self) -> bool:
         """Whether :meth:`step_tiles` is available: fused Adam or AdamW (elementwise kernels)."""
         return self.momentum is None and bool(self.fused)
 
@@ -104,8 +104,8 @@ class KernelOptimizer:
         row once; each tile is stepped as soon as it is yielded, while it is in cache. For a
         large parameter with a cheap gradient (FedSage+'s fGen output layer, where writing the
         gradient and reading it back cost as much as computing it). Fused Adam or AdamW only
-        (:attr:`steps_tiles`); ``param.grad`` is neither read nor set."""
-        if not self.steps_tiles:
+        (:attr:`can_step_tiles`); ``param.grad`` is neither read nor set."""
+        if not self.can_step_tiles:
             raise ValueError("step_tiles needs fused Adam or AdamW")
         step, exp_avg, exp_avg_sq = self._adam_state(next(i for i, p in enumerate(self.params) if p is param))
         step += 1

@@ -211,7 +211,7 @@ class FedSagePlus(ParameterAveraging):
                 optimizer.zero_grad(set_to_none=True)
                 z, count = model.encode(graph.x, graph.adj)
                 region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train),
-                                             optimizer if optimizer.steps_tiles else None)
+                                             optimizer if optimizer.can_step_tiles else None)
                 x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), region_feat, region)
                 logits = classifier(x, normalized_adjacency(edges, x.size(0)))[: graph.x.size(0)]
                 train_feat = region_feat[in_train]
