@@ -107,7 +107,10 @@ class KernelOptimizer:
         (:attr:`can_step_tiles`); ``param.grad`` is neither read nor set."""
         if not self.can_step_tiles:
             raise ValueError("step_tiles needs fused Adam or AdamW")
-        step, exp_avg, exp_avg_sq = self._adam_state(next(i for i, p in enumerate(self.params) if p is param))
+        index = next((i for i, p in enumerate(self.params) if p is param), None)
+        if index is None:
+            raise ValueError(f"step_tiles: the parameter of shape {tuple(param.shape)} is not one this optimiser steps")
+        step, exp_avg, exp_avg_sq = self._adam_state(index)
         step += 1
         kernel = torch._fused_adamw_ if self.decoupled else torch._fused_adam_
         for rows, grad in tiles:
