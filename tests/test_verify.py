@@ -3,6 +3,7 @@ rebuilt metrics with committed ones, its CLI errors, and one real rebuild throug
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from fglrepro.report.verify import (
     candidate_rows,
     classify,
     compare,
+    compare_results,
+    comparison_summary,
     grid_targets,
     input_paths,
     read_record,
@@ -106,6 +109,51 @@ def test_compare_classifies_every_metric_and_takes_the_worst():
     assert compare(row, {"status": "diverged"})["verdict"] == "failed"
 
 
+def results_folder(runs: pd.DataFrame, folder: Path) -> Path:
+    """A results folder beside ``runs`` (runs_table with commits): row 0's run reproduced exactly, row 1's
+    0.01 points off, row 2's a point off, row 4's run diverged; a JSON for row 3 (not ``ok`` in the
+    snapshot) and one for a grid point no row names."""
+    values = {0: record(80.0, 70.0), 1: record(81.01, 71.0), 2: record(83.0, 72.0), 3: record(83.0, 73.0),
+              4: {"status": "diverged", "git_commit": "f" * 40}}
+    for i, made in values.items():
+        path = Path(run_target(runs.iloc[i], str(folder)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**made, "git_commit": "e" * 40}))
+    extra = Path(run_target({**runs.iloc[0], "grid_point": "tau=1.0"}, str(folder)))
+    extra.parent.mkdir(parents=True)
+    extra.write_text(json.dumps(record(1.0, 1.0)))
+    return folder
+
+
+def commits_table() -> pd.DataFrame:
+    return runs_table().assign(git_commit=["a" * 40, "a" * 40, "b" * 40, "b" * 40] + ["c" * 40] * 37)
+
+
+def test_compare_results_pairs_each_ok_row_with_its_run_json_and_lists_the_others(tmp_path):
+    runs = commits_table()
+    compared, others = compare_results(runs, results_folder(runs, tmp_path / "results"))
+    assert compared["verdict"].tolist() == ["equal", "within", "differs", "failed"]
+    assert compared["seed"].tolist() == [0, 1, 2, 4] and set(compared["made_at"]) == {"e" * 40}
+    assert others == sorted([run_target(runs.iloc[3], str(tmp_path / "results")),
+                             run_target({**runs.iloc[0], "grid_point": "tau=1.0"}, str(tmp_path / "results"))])
+    assert compare_results(runs, tmp_path / "results", tolerance=2.0)[0]["verdict"].tolist()[:3] == ["equal"] + \
+        ["within"] * 2
+    only_s, others_s = compare_results(runs, tmp_path / "results", studies=["s"])
+    assert only_s["seed"].tolist() == [1] and others_s == [run_target(runs.iloc[3], str(tmp_path / "results"))]
+    with pytest.raises(ConfigError, match=r"unknown study \['u'\]; valid: \['s', 't'\]"):
+        compare_results(runs, tmp_path / "results", studies=["u"])
+
+
+def test_comparison_summary_counts_verdicts_and_differences_per_run_and_commit(tmp_path):
+    runs = commits_table()
+    summary = comparison_summary(compare_results(runs, results_folder(runs, tmp_path / "results"))[0])
+    assert summary[["run", "commit", "runs", "equal", "within", "differs", "failed"]].values.tolist() == [
+        ["m1", "aaaaaaa", 1, 0, 1, 0, 0], ["m0", "aaaaaaa", 1, 1, 0, 0, 0], ["m0", "ccccccc", 1, 0, 0, 0, 1],
+        ["m2", "bbbbbbb", 1, 0, 0, 1, 0]]  # study s before t
+    assert summary["max_abs_diff"].tolist()[:2] == pytest.approx([0.01, 0.0]) and \
+        summary["mean_diff"].iloc[3] == pytest.approx(1.0) and pd.isna(summary["max_abs_diff"].iloc[2])
+
+
 def test_grid_targets_and_the_selected_point():
     row = {"study": "s", "run": "fedgkd", "grid_point": "tau_s=3.0", "dataset": "Cora", "scheme": "metis_x",
            "clients": 10, "seed": 0}
@@ -154,6 +202,31 @@ def test_cli_bad_study_name_lists_the_valid_ones():
     proc = fgl_report("verify", "--sample", "1", "--study", "fedgkd_tabel1")
     assert proc.returncode == 2
     assert "unknown study ['fedgkd_tabel1']" in proc.stderr and "'fedgkd_table1'" in proc.stderr
+
+
+def test_cli_compare_results_exit_status_follows_the_worst_verdict(tmp_path):
+    runs = commits_table()
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    runs.to_csv(snapshot / "runs.csv", index=False)
+    results = results_folder(runs, tmp_path / "results")
+    proc = fgl_report("compare-results", "--results", str(results), "--snapshot", str(snapshot), "--out",
+                      str(tmp_path / "c.csv"))
+    assert proc.returncode == 1, proc.stderr
+    assert "4 runs: 1 equal, 1 within, 1 differs, 1 failed" in proc.stdout and "2 run JSONs" in proc.stdout
+    assert len(pd.read_csv(tmp_path / "c.csv")) == 4
+    proc = fgl_report("compare-results", "--results", str(results), "--snapshot", str(snapshot), "--study", "s",
+                      "--tolerance", "0.001")
+    assert proc.returncode == 1 and "1 runs: 0 equal, 0 within, 1 differs" in proc.stdout
+    proc = fgl_report("compare-results", "--results", str(results), "--snapshot", str(snapshot), "--study", "t",
+                      "--tolerance", "3")
+    assert proc.returncode == 1 and "3 runs: 1 equal, 1 within, 0 differs, 1 failed" in proc.stdout
+    (results / "runs" / "t" / "m0" / "Cora" / "louvain_x" / "k5" / "seed4.json").unlink()
+    proc = fgl_report("compare-results", "--results", str(results), "--snapshot", str(snapshot), "--study", "t",
+                      "--tolerance", "3")
+    assert proc.returncode == 0 and "2 runs: 1 equal, 1 within, 0 differs, 0 failed" in proc.stdout
+    empty = fgl_report("compare-results", "--results", str(tmp_path / "nothing"), "--snapshot", str(snapshot))
+    assert empty.returncode == 2 and f"no run JSON under {tmp_path / 'nothing'}/runs" in empty.stderr
 
 
 #: a cheap committed row (FedGKD Table 1's FedAvg, Cora, 10 clients, seed 0: 4.7 CPU-s at 49e56e3).

@@ -16,6 +16,7 @@
         --out docs/REPRODUCTION.md
     fgl-report coverage [--snapshot docs/results] [--study-dir config/studies] [--notes docs/notes/coverage.yaml]
     fgl-report verify --sample N [--study S] [--method M] [--seed X] [--grid] [--at-head] [--results-dir DIR]
+    fgl-report compare-results --results results [--study S] [--tolerance 1e-6] [--out comparison.csv]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ log = logging.getLogger("fgl-report")
 
 def parse_args(argv=None) -> argparse.Namespace:
     from fglrepro.report.figure_kinds import FIGURE_INPUTS
+    from fglrepro.report.verify import TOLERANCE
 
     parser, sub, example = subcommand_parser("fgl-report", __doc__)
 
@@ -110,7 +112,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="draw only rows whose recorded wall time is at most this (<= 0: any)")
     check.add_argument("--grid", action="store_true",
                        help="also rebuild the other points of a grid row and compare the selected point")
-    check.add_argument("--snapshot", default="docs/results", help="snapshot folder holding runs.csv")
     check.add_argument("--results-dir", default=None,
                        help="scratch folder: <commit>/results and <commit>/data under it (default: a new temp one)")
     check.add_argument("--data-dir", default=None, help="a data folder to reuse (default: prepared in the scratch one)")
@@ -118,6 +119,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="rebuild with the current tree instead of each row's own commit (git_commit)")
     check.add_argument("--study-dir", default="config/studies", help="study files, for --grid")
     check.add_argument("--cores", type=int, default=1)
+    compared = sub.add_parser("compare-results", help="compare the run JSONs of a results folder with the snapshot "
+                              "(nothing rebuilt)", **example("compare-results"))
+    compared.add_argument("--results", default="results", help="results folder of a finished workflow run")
+    compared.add_argument("--study", action="append", default=[], help="only rows of this study (repeatable)")
+    compared.add_argument("--out", default=None, help="CSV of the per-run comparison")
+    for cmd in (check, compared):
+        cmd.add_argument("--snapshot", default="docs/results", help="snapshot folder holding runs.csv")
+        cmd.add_argument("--tolerance", type=float, default=TOLERANCE,
+                         help="largest difference in points (accuracy, macro-F1) still 'within'")
     args = parser.parse_args(argv)
     if args.command == "snapshot" and args.rerender == bool(args.meta or args.metrics):
         parser.error("snapshot takes --meta and metrics CSVs, or --rerender (each with --partition-stats, if any)")
@@ -216,9 +226,29 @@ def verify_snapshot(args) -> None:
              for r, entry in read_yaml(f"{args.study_dir}/{s}.yaml")["runs"].items() if entry.get("grid")}
     results_dir = args.results_dir or tempfile.mkdtemp(prefix="fgl-verify-")
     log.info("rebuilding %d runs in %s", len(chosen), results_dir)
-    rows = verify(chosen, results_dir, args.cores, grids, at_head=args.at_head, data_dir=args.data_dir)
-    print(format_report(rows, machine()), end="")
+    rows = verify(chosen, results_dir, args.cores, grids, args.tolerance, args.at_head, args.data_dir)
+    print(format_report(rows, machine(), args.tolerance), end="")
     if any(row["verdict"] in ("differs", "failed") for row in rows):
+        raise SystemExit(1)
+
+
+def compare_with_snapshot(args) -> None:
+    """Compare the run JSONs under ``--results`` with the snapshot's rows and print the summary
+    (exit status 1 when a run differs or failed)."""
+    from fglrepro.config import ConfigError
+    from fglrepro.report.snapshot import RUNS, read_runs
+    from fglrepro.report.verify import compare_results, format_comparison
+
+    compared, others = compare_results(read_runs(f"{args.snapshot}/{RUNS}"), args.results, args.study,
+                                       args.tolerance)
+    if compared.empty:
+        raise ConfigError(f"no run JSON under {args.results}/runs is named by a row of {args.snapshot}/{RUNS}"
+                          f"{' of ' + str(args.study) if args.study else ''}: give --results the folder a "
+                          "workflow run wrote (results_dir)")
+    if args.out:
+        compared.to_csv(args.out, index=False)
+    print(format_comparison(compared, others, args.results, args.tolerance), end="")
+    if compared["verdict"].isin(["differs", "failed"]).any():
         raise SystemExit(1)
 
 
@@ -238,6 +268,9 @@ def main(argv=None) -> None:
             return
         if args.command == "verify":
             verify_snapshot(args)
+            return
+        if args.command == "compare-results":
+            compare_with_snapshot(args)
             return
         if args.command == "coverage":
             from fglrepro.report.coverage import stale_notes, write_coverage

@@ -8,6 +8,12 @@ round and rounds run with the row (:func:`compare`: ``equal``, ``within`` :data:
 or ``differs``) and prints them with the machine's floating-point stack
 (:func:`fglrepro.provenance.machine`). With ``--grid`` a grid row's other points are rebuilt too,
 and the point validation picks is compared with the row's.
+
+``fgl-report compare-results --results DIR`` rebuilds nothing: it compares the run JSONs a finished
+workflow left under ``DIR`` with the snapshot's rows that name them (:func:`compare_results`) and sums
+the verdicts and differences per study, run and the commit that made the row
+(:func:`comparison_summary`): does a full run reproduce the snapshot, and where not, which stored code
+does it differ from.
 """
 
 from __future__ import annotations
@@ -222,6 +228,63 @@ def export_commit(commit: str, into: Path, repo: str | Path = ".") -> Path:
     into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
+
+
+def compare_results(runs: pd.DataFrame, results_dir: str | Path, studies: Sequence[str] = (),
+                    tolerance: float = TOLERANCE) -> tuple[pd.DataFrame, list[str]]:
+    """Compare the run JSONs already under ``results_dir`` with the ``ok`` rows of ``runs`` (runs.csv)
+    of ``studies`` (empty: all) that name them (:func:`~fglrepro.report.snapshot.run_target`), without
+    running anything. Returns one :func:`compare` row per row whose run JSON exists (``*_rebuilt``: the
+    JSON's values), with the row's ``git_commit`` and the JSON's own (``made_at``); and the run JSONs of
+    those studies under ``results_dir/runs`` that no row names (e.g. a grid's unselected points), sorted.
+    An unknown study raises :class:`~fglrepro.config.ConfigError` listing the valid ones."""
+    from fglrepro.report.snapshot import run_target
+
+    _choices_error("study", set(studies) - set(runs["study"]), set(runs["study"]))
+    keep = runs["status"] == "ok"
+    if studies:
+        keep &= runs["study"].isin(studies)
+    out, named = [], set()
+    for row in runs[keep].to_dict("records"):
+        target = Path(run_target(row, str(results_dir)))
+        if (record := read_record(target)) is not None:
+            named.add(target)
+            out.append({**compare(row, record, tolerance), "git_commit": row_commit(row),
+                        "made_at": record.get("git_commit")})
+    found = Path(results_dir, "runs").glob("*/*/*/*/*/seed*.json")
+    others = sorted(str(p) for p in found if p not in named and (not studies or p.parts[-6] in studies))
+    return pd.DataFrame(out), others
+
+
+def comparison_summary(compared: pd.DataFrame) -> pd.DataFrame:
+    """Per study, run and stored commit (``commit``, 7 hex digits) of :func:`compare_results`'s rows:
+    ``runs``, the count of each of :data:`VERDICTS`, and the test accuracy's difference in points
+    (results - snapshot): ``median_abs_diff``, ``max_abs_diff`` and the signed ``mean_diff``."""
+    diff = compared["test_acc_rebuilt"].astype(float) - compared["test_acc"]
+    frame = compared.assign(diff=diff, abs_diff=diff.abs(),
+                            commit=compared["git_commit"].fillna("unknown").str[:7])
+    groups = frame.groupby(["study", "run", "commit"], sort=True)
+    table = groups.size().rename("runs").to_frame()
+    for verdict in VERDICTS:
+        table[verdict] = groups["verdict"].agg(lambda s, v=verdict: int((s == v).sum()))
+    table["median_abs_diff"] = groups["abs_diff"].median()
+    table["max_abs_diff"] = groups["abs_diff"].max()
+    table["mean_diff"] = groups["diff"].mean()
+    return table.reset_index()
+
+
+def format_comparison(compared: pd.DataFrame, others: Sequence[str], results_dir: str | Path,
+                      tolerance: float = TOLERANCE) -> str:
+    """The text ``fgl-report compare-results`` prints: :func:`comparison_summary`, the verdict
+    counts, and how many run JSONs no snapshot row names."""
+    summary = comparison_summary(compared)
+    counts = compared["verdict"].value_counts()
+    lines = [f"run JSONs under {results_dir} against the snapshot's rows; tolerance {tolerance} points "
+             "(accuracy, macro-F1), rounds must be equal; diff = results - snapshot, test accuracy (points)", "",
+             summary.to_string(index=False, float_format=lambda v: f"{v:.4f}"), "",
+             f"{len(compared)} runs: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS),
+             f"{len(others)} run JSONs that no ok row of the snapshot names (a grid's other points, runs it lacks)"]
+    return "\n".join(lines) + "\n"
 
 
 def verify(chosen: pd.DataFrame, work_dir: str | Path, cores: int = 1,
