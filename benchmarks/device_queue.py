@@ -24,8 +24,9 @@ jobs still running at ``deadline + grace`` are stopped. It writes the run JSONs 
 ``fold`` puts the run JSONs that came back into the snapshot the way ``snakemake snapshot`` does, but from the runs
 that are there rather than from every run of the studies: per study, the workflow's own ``fgl-aggregate`` command
 on the run JSONs present under ``results/runs/`` (on the datasets they cover), then ``fgl-report snapshot --merge``
-(each run replaces the snapshot's run of the same study, run, dataset, clients and seed) and ``fgl-report
-coverage``, with the claims, reported values, study files and notes of the snapshot's own checkout. The
+(each run replaces the snapshot's run of the same study, run, dataset, clients and seed; before it, the
+comparison of the runs with the rows they replace is printed, as ``fgl-report compare-results`` gives it) and
+``fgl-report coverage``, with the claims, reported values, study files and notes of the snapshot's own checkout. The
 snapshot's partition statistics tables stay as they are (the workflow's ``snapshot`` rule writes them). The
 report code is this tree's: when folding into a newer checkout's snapshot, render it again there
 (``fgl-report snapshot --rerender``) if that checkout's report code differs.
@@ -296,6 +297,21 @@ def fold_commands(dry_runs: list[list[list[str]]], snapshot: Path, allow_dirty: 
     return aggregates + [merge, coverage]
 
 
+def print_replaced(snapshot: Path, results_dir: Path, studies: list[str]) -> None:
+    """Before a merge: how the run JSONs of ``studies`` under ``results_dir`` compare with the rows of
+    ``snapshot`` they replace (``fgl-report compare-results``'s summary; nothing when none do)."""
+    from fglrepro.report.snapshot import RUNS, read_runs
+    from fglrepro.report.verify import compare_results, format_comparison
+
+    runs = read_runs(snapshot / RUNS) if (snapshot / RUNS).is_file() else None
+    known = [s for s in studies if runs is not None and s in set(runs["study"])]
+    compared, others = compare_results(runs, results_dir, known) if known else (None, [])
+    if compared is None or compared.empty:
+        print("no run folded replaces a row of the snapshot", flush=True)
+        return
+    print("replacing rows of the snapshot:", format_comparison(compared, others, results_dir), sep="\n", flush=True)
+
+
 def fold(args) -> None:
     dry_runs = []
     for study in args.studies:
@@ -312,6 +328,8 @@ def fold(args) -> None:
     for argv in commands:
         if argv[0] == "fgl-aggregate":
             print(f"{len(split_aggregate(argv)[1])} runs of {json.loads(flag(argv, '--meta'))['study']}", flush=True)
+        if argv[:2] == ["fgl-report", "snapshot"]:
+            print_replaced(args.snapshot, REPO / flag(argv, "--results-dir"), list(json.loads(flag(argv, "--meta"))))
         subprocess.run(module_argv(argv, None), cwd=REPO, check=True, env=source_env())
 
 
