@@ -155,6 +155,7 @@ def test_mending_frees_each_clients_neighgen_and_adam_state_before_the_next(sbm,
 
 def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(sbm):
     method = make_method(sbm, "fedsage_plus", {"generator_rounds": 2, "num_pred": 2}, rounds=3)
+    method.client_major = False  # the messages, round by round
     first = all_clients(method, 1)
     method.server_update(1, first)
     for k, upload in first.items():
@@ -177,6 +178,54 @@ def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(s
         assert torch.allclose(method.peer_grads[k], expected)
 
 
+@pytest.mark.parametrize("engine", ["auto", "sequential"])
+def test_client_major_phase_one_gives_the_round_major_run_bit_for_bit(sbm, engine):
+    """Every generator round of one client, then the next's, with the round-major order's draws:
+    the same rounds (metrics, losses, bytes), mended graphs and trained classifier to the last bit."""
+    hparams, rounds = {"generator_rounds": 4, "num_pred": 2}, 6
+    runs = []
+    for client_major in (True, False):
+        method = make_method(sbm, "fedsage_plus", hparams, rounds=rounds, engine=engine, unbalanced=True)
+        for g in method.neighgens:  # dGen starts near 2 missing neighbours everywhere: graphs get mended
+            torch.nn.init.constant_(g.dgen.bias, 2.0)
+        method.client_major = client_major
+        sizes = [c.num_nodes for c in method.clients]
+        seeds = []  # (client, seed of its local round or mending), in the order they ran
+        local_round, mend = method.local_round, method.mend
+        method.local_round = lambda k, f=local_round, s=seeds: s.append((k, torch.initial_seed())) or f(k)
+        method.mend = lambda k, seed, f=mend, s=seeds: s.append((k, seed)) or f(k, seed)
+        history = run_federation(method, rounds, EVAL).rounds
+        runs.append((method, history, method.federation.generator.get_state(), seeds))
+    (major, ours, gen_ours, seeds_ours), (minor, theirs, gen_theirs, seeds_theirs) = runs
+    assert ours == theirs and torch.equal(gen_ours, gen_theirs)
+    assert seeds_ours != seeds_theirs and sorted(seeds_ours) == sorted(seeds_theirs)  # other order, same draws
+    assert [k for k, _ in seeds_ours] == [k for k in range(3) for _ in range(5)]
+    assert all(r["download_bytes"][0] > r["upload_bytes"][0] > 0 for r in ours[1:4])  # peers' payloads relayed
+    assert all(torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
+               for a, b in zip(major.clients, minor.clients))
+    assert any(c.num_nodes > n for c, n in zip(major.clients, sizes))
+    assert all(torch.equal(p, q) for p, q in zip(major.global_model.parameters(), minor.global_model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(major.peer_grads, minor.peer_grads))
+
+
+def test_client_major_phase_one_keeps_one_client_s_adam_state_at_a_time(sbm, monkeypatch):
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 3, "num_pred": 2}, rounds=4)
+    weights = [weakref.ref(g.fgen[5].weight) for g in method.neighgens]
+    local_round, seen = method.local_round, []
+
+    def spy(k):
+        moments = [j for j, opt in enumerate(method.gen_optimizers) if opt is not None and opt.state]
+        seen.append((k, moments, [w() is not None for w in weights]))
+        return local_round(k)
+
+    monkeypatch.setattr(method, "local_round", spy)
+    run_federation(method, 4, EVAL)
+    assert [k for k, _, _ in seen] == [k for k in range(3) for _ in range(3)]  # client by client
+    assert all(moments in ([], [k]) for k, moments, _ in seen)
+    assert all(alive == [j >= k for j in range(3)] for k, _, alive in seen)
+    assert all(w() is None for w in weights)
+
+
 @pytest.mark.parametrize("peers", [1, 2, 7, 19])
 def test_sparse_peer_gradients_sum_as_the_dense_ones_bit_for_bit(peers):
     """The server sums the sparse peer gradients in the float order of stacking the dense
@@ -192,7 +241,9 @@ def test_sparse_peer_gradients_sum_as_the_dense_ones_bit_for_bit(peers):
 def test_cross_client_gradient_pulls_features_towards_peer_neighbours(sbm):
     method = make_method(sbm, "fedsage_plus", {"generator_rounds": 1, "num_pred": 2}, rounds=2)
     feat = torch.zeros(4, 2, sbm.num_features, requires_grad=False)
-    grad = method.cross_client_gradient(1, feat, torch.full((4,), 2), torch.full((4,), 2))
+    ids = method.samplers[1].draw(4, 2, torch.Generator().manual_seed(0))
+    assert ids.shape == (4, 2) and torch.equal(method.samplers[1].features(ids), method.clients[1].x[ids])
+    grad = method.cross_client_gradient(1, ids, feat, torch.full((4,), 2), torch.full((4,), 2))
     # features of the peer's nodes are mostly positive (+2 on the block coordinate): the
     # gradient at zero points away from them, so a descent step moves towards them
     assert grad.shape == feat.shape and grad.sum() < 0

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fglrepro.config import ConfigError
-from fglrepro.fl.clients import normalized_adjacency
+from fglrepro.fl.clients import ClientData, normalized_adjacency
 from fglrepro.fl.communication import tensor_bytes
 from fglrepro.fl.method import Federation, ParameterAveraging, RunSetup, Upload
+from fglrepro.fl.ticker import Ticker
 from fglrepro.fl.training import make_optimizer
 from fglrepro.methods import register
 from fglrepro.methods.fedsage_plus.neighbor_generation import (
@@ -69,14 +70,41 @@ class FedSagePlusHparams:
             raise ConfigError(f"fedsage_plus hidden_portion must be in [0, 1), got {self.hidden_portion}")
 
 
+def draw_seed(generator: torch.Generator) -> int:
+    """A seed for :func:`seeded_rng`, drawn from ``generator``."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
 @contextmanager
-def private_rng(generator: torch.Generator, device: torch.device):
-    """Run the block on torch's global RNG reseeded from ``generator`` and restored after,
-    so NeighGen's noise, dropout and initialisation leave the classifier's draws as in FedAvg."""
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+def seeded_rng(seed: int, device: torch.device):
+    """Run the block on torch's global RNG seeded with ``seed`` and restored after, so
+    NeighGen's noise, dropout and initialisation leave the classifier's draws as in FedAvg."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         yield
+
+
+@dataclass
+class SentUpload(Upload):
+    """A phase-1 upload of the client-major path, already relayed: its loss and its size in bytes
+    (``sent``, what :attr:`Upload.num_bytes` counted for the tensors it held)."""
+
+    sent: int = 0
+
+    @property
+    def num_bytes(self) -> int:
+        return self.sent
+
+
+@dataclass
+class GeneratorPhase:
+    """Phase 1 run client by client (:meth:`FedSagePlus.generator_phase`): per round, the uploads
+    the round loop records and each client's download in bytes; the mended graphs, installed
+    after the last generator round."""
+
+    uploads: list[dict[int, SentUpload]] = field(default_factory=list)
+    download_bytes: list[list[int]] = field(default_factory=list)
+    mended: list[ClientData] = field(default_factory=list)
 
 
 @register("fedsage_plus")
@@ -97,6 +125,16 @@ class FedSagePlus(ParameterAveraging):
     parameters: K uploads instead of K^2 fGen passes). The gradient k applies in round t
     was computed by the other clients in round t-1 on the features k uploaded in round t-2.
     fGen runs only on nodes whose generated neighbours can reach a training node's logits.
+
+    Client-major order (every client in every round, ``train.participation`` 1): no NeighGen
+    reads another's, so phase 1 runs client by client (:meth:`generator_phase`, in the first
+    round's client update): every generator round of client 0, then of client 1, ..., each
+    NeighGen dropped with its optimiser state once its graph is mended, so that one client's Adam
+    moments exist at a time instead of K. Its random draws are those of the round-major order,
+    drawn first in that order from the run's generator (the seed of each client round, the
+    peers' neighbour samples, the mending seeds); the rounds then report the recorded losses and
+    bytes, and the mended graphs replace the clients' after the last generator round: the same
+    run record bit for bit. With partial participation the rounds run round-major.
 
     fGen's output layer (``2048 x P*F``) dominates the cost, and only each node's first
     ``min(P, predicted count)`` slots are ever read. Unless ``train.engine`` is
@@ -146,7 +184,7 @@ class FedSagePlus(ParameterAveraging):
         self.device = self.clients[0].x.device
         gen = federation.generator
         self.impaired = [impair_graph(c, hparams.hidden_portion, hparams.num_pred, gen) for c in self.clients]
-        with private_rng(gen, self.device):
+        with seeded_rng(draw_seed(gen), self.device):
             self.neighgens = [
                 NeighGen(c.x.size(1), _hidden_width(federation.model), hparams.latent_dim, hparams.num_pred,
                          _dropout(federation.model)).to(self.device)
@@ -175,6 +213,9 @@ class FedSagePlus(ParameterAveraging):
         #: evaluate fGen's output layer only at the slots that are read (see the class docstring)
         self.only_used_slots = federation.train.engine != "sequential"
         self.last_round = 0
+        #: run phase 1 client by client (see the class docstring); its record while it is replayed
+        self.client_major = federation.train.participation >= 1.0
+        self.phase_one: GeneratorPhase | None = None
         if hparams.generator_rounds == 0:
             self.mend_all()
 
@@ -189,6 +230,13 @@ class FedSagePlus(ParameterAveraging):
     def in_generator_phase(self, round_: int) -> bool:
         return round_ <= self.hparams.generator_rounds
 
+    def client_updates(self, ks: list[int], round_: int) -> dict[int, Upload]:
+        if not (self.client_major and self.in_generator_phase(round_)):
+            return super().client_updates(ks, round_)
+        if self.phase_one is None:
+            self.phase_one = self.generator_phase()
+        return self.phase_one.uploads[round_ - 1]
+
     def client_update(self, k: int, round_: int) -> Upload:
         if self.in_generator_phase(round_):
             return self.generator_update(k)
@@ -197,46 +245,101 @@ class FedSagePlus(ParameterAveraging):
         return upload
 
     def generator_update(self, k: int) -> Upload:
-        """One phase-1 round of client k: local NeighGen steps, then the upload of its
-        generated features and of the gradients of its cross-client loss for its peers."""
+        """One phase-1 round of client k in round-major order: local NeighGen steps
+        (:meth:`local_round`), then the gradients of its cross-client loss for its peers."""
+        gen = self.federation.generator
+        with seeded_rng(draw_seed(gen), self.device):
+            extras, loss = self.local_round(k)
+        peer = {}
+        for j, (peer_feat, peer_count, peer_true) in self.peer_features[k].items():
+            ids = self.samplers[k].draw(peer_feat.size(0), self.hparams.num_pred, gen)
+            if ids is not None:
+                peer[j] = {"grad": self.cross_client_gradient(k, ids, peer_feat, peer_count, peer_true)}
+        return Upload(params={}, extras=extras, peer=peer, weight=float(self.node_counts[k]), loss=loss)
+
+    def local_round(self, k: int) -> tuple[dict[str, Tensor], float]:
+        """Client k's local NeighGen steps of one round, on the current RNG: returns its upload's
+        :data:`PEER_PAYLOAD` (generated features ``[n_train, P, F]`` of its training nodes, their
+        predicted and true counts) and the last step's loss."""
         hp, graph = self.hparams, self.impaired[k]
         model, classifier, optimizer = self.neighgens[k], self.aux_classifiers[k], self.gen_optimizers[k]
         mask, train, region = graph.train_mask, self.train_nodes[k], self.regions[k]
         in_train = torch.searchsorted(region, train)
         loss_value = float("nan")
-        with private_rng(self.federation.generator, self.device):
-            model.train()
-            classifier.train()
-            for _ in range(self.federation.train.local_epochs):
-                optimizer.zero_grad(set_to_none=True)
-                z, count = model.encode(graph.x, graph.adj)
-                region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train),
-                                             optimizer if optimizer.can_step_tiles else None)
-                x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), region_feat, region)
-                logits = classifier(x, normalized_adjacency(edges, x.size(0)))[: graph.x.size(0)]
-                train_feat = region_feat[in_train]
-                loss = (
-                    hp.count_weight * F.smooth_l1_loss(count[mask], graph.missing_count[mask].float())
-                    + hp.feature_weight * greedy_feature_loss(
-                        train_feat, graph.train_missing_feat, count[mask], graph.missing_count[mask])
-                    + hp.class_weight * F.cross_entropy(logits[mask], graph.y[mask])
-                )
-                if self.peer_grads[k] is not None:
-                    loss = loss + hp.feature_weight * (train_feat * self.peer_grads[k]).sum()
-                loss = loss / len(self.clients)
-                loss.backward()
-                optimizer.step()
-                loss_value = loss.item()
+        model.train()
+        classifier.train()
+        for _ in range(self.federation.train.local_epochs):
             optimizer.zero_grad(set_to_none=True)
-            with torch.no_grad():
-                count, train_feat = model(graph.x, graph.adj, train, only_used=self.only_used_slots)
-        extras = dict(zip(PEER_PAYLOAD, (train_feat, count[mask].long(), graph.missing_count[mask])))
-        peer = {}
-        for j, (peer_feat, peer_count, peer_true) in self.peer_features[k].items():
-            grad = self.cross_client_gradient(k, peer_feat, peer_count, peer_true)
-            if grad is not None:
-                peer[j] = {"grad": grad}
-        return Upload(params={}, extras=extras, peer=peer, weight=float(self.node_counts[k]), loss=loss_value)
+            z, count = model.encode(graph.x, graph.adj)
+            region_feat = model.generate(z[region], self.step_slots(k, count[region].detach(), in_train),
+                                         optimizer if optimizer.can_step_tiles else None)
+            x, edges = mend_graph(graph.x, graph.edge_index, count.detach(), region_feat, region)
+            logits = classifier(x, normalized_adjacency(edges, x.size(0)))[: graph.x.size(0)]
+            train_feat = region_feat[in_train]
+            loss = (
+                hp.count_weight * F.smooth_l1_loss(count[mask], graph.missing_count[mask].float())
+                + hp.feature_weight * greedy_feature_loss(
+                    train_feat, graph.train_missing_feat, count[mask], graph.missing_count[mask])
+                + hp.class_weight * F.cross_entropy(logits[mask], graph.y[mask])
+            )
+            if self.peer_grads[k] is not None:
+                loss = loss + hp.feature_weight * (train_feat * self.peer_grads[k]).sum()
+            loss = loss / len(self.clients)
+            loss.backward()
+            optimizer.step()
+            loss_value = loss.item()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            count, train_feat = model(graph.x, graph.adj, train, only_used=self.only_used_slots)
+        return dict(zip(PEER_PAYLOAD, (train_feat, count[mask].long(), graph.missing_count[mask]))), loss_value
+
+    def generator_phase(self) -> GeneratorPhase:
+        """Phase 1 client by client (see the class docstring): the round-major order's draws of
+        the run's generator first, in that order; then every generator round of each client in
+        turn, with the peer gradients it receives (the peers' samples of their own graphs, summed
+        in client order) and its mending; the rounds' losses and bytes as the round-major rounds
+        count them."""
+        rounds, num_clients, gen = self.hparams.generator_rounds, len(self.clients), self.federation.generator
+        sizes = [t.numel() for t in self.train_nodes]
+        seeds, ids = [], {}  # seeds[t - 1][k]; ids[t, j, k]: j's neighbour draw for k's features in round t
+        for t in range(1, rounds + 1):
+            seeds.append([])
+            for j in range(num_clients):
+                seeds[-1].append(draw_seed(gen))
+                for k in (range(num_clients) if t > 1 else ()):
+                    if k != j:
+                        ids[t, j, k] = self.samplers[j].draw(sizes[k], self.hparams.num_pred, gen)
+        mend_seeds = [draw_seed(gen) for _ in range(num_clients)]
+        losses = [[float("nan")] * num_clients for _ in range(rounds)]
+        sent, relayed, summed = ([[0] * num_clients for _ in range(rounds)] for _ in range(3))
+        phase, ticker = GeneratorPhase(), Ticker("FedSage+ phase 1, clients done", num_clients)
+        for k in range(num_clients):
+            waiting: dict[int, tuple[Tensor, Tensor | None]] = {}  # round -> k's summed peer gradient, slots
+            for t in range(1, rounds + 1):
+                self.peer_grads[k], self.peer_slots[k] = waiting.pop(t, (None, None))
+                with seeded_rng(seeds[t - 1][k], self.device):
+                    extras, losses[t - 1][k] = self.local_round(k)
+                relayed[t - 1][k] = tensor_bytes(extras.values())
+                sent[t - 1][k] += relayed[t - 1][k]
+                if t == rounds:
+                    break
+                grads = []
+                for j in range(num_clients):
+                    if j != k and ids[t + 1, j, k] is not None:
+                        grads.append(self.cross_client_gradient(j, ids[t + 1, j, k], *extras.values()))
+                        sent[t][j] += tensor_bytes(grads[-1:])
+                if grads:
+                    total = summed_gradients(grads)
+                    summed[t][k] = tensor_bytes([total])
+                    waiting[t + 2] = (total, total.ne(0).any(-1) if self.only_used_slots else None)
+            self.peer_grads[k], self.peer_slots[k] = waiting.pop(rounds + 1, (None, None))
+            phase.mended.append(self.mend(k, mend_seeds[k]))
+            ticker.tick()
+        for t in range(rounds):
+            phase.uploads.append({k: SentUpload(params={}, weight=float(self.node_counts[k]), loss=losses[t][k],
+                                                sent=sent[t][k]) for k in range(num_clients)})
+            phase.download_bytes.append([sum(relayed[t]) - relayed[t][k] + summed[t][k] for k in range(num_clients)])
+        return phase
 
     def step_slots(self, k: int, region_count: Tensor, in_train: Tensor) -> Tensor | None:
         """``[r, P]`` (row, slot) pairs of client k's region whose generated features a local
@@ -250,13 +353,12 @@ class FedSagePlus(ParameterAveraging):
             used[in_train] |= self.peer_slots[k]
         return used
 
-    def cross_client_gradient(self, k: int, feat: Tensor, pred_count: Tensor, true_count: Tensor) -> Tensor | None:
+    def cross_client_gradient(self, k: int, ids: Tensor, feat: Tensor, pred_count: Tensor,
+                              true_count: Tensor) -> Tensor:
         """Gradient ``[n_j, P, F]`` of a peer's cross-client loss on client k's graph with
-        respect to the peer's generated features ``feat``, sparse (:func:`sparse_slots`); None
-        if k has no edge."""
-        targets = self.samplers[k].sample(feat.size(0), self.hparams.num_pred, self.federation.generator)
-        if targets is None:
-            return None
+        respect to the peer's generated features ``feat``, against the neighbours ``ids
+        [n_j, P]`` drawn from k's graph (:meth:`NeighborSampler.draw`), sparse (:func:`sparse_slots`)."""
+        targets = self.samplers[k].features(ids)
         feat = feat.detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(greedy_feature_loss(feat, targets, pred_count, true_count), feat)
         return sparse_slots(grad)
@@ -265,6 +367,13 @@ class FedSagePlus(ParameterAveraging):
         self.last_round = round_
         if not self.in_generator_phase(round_):
             super().server_update(round_, uploads)
+            return
+        if self.phase_one is not None:
+            self.received_bytes = self.phase_one.download_bytes[round_ - 1]
+            if round_ == self.hparams.generator_rounds:
+                self.clients[:] = self.phase_one.mended
+                self.phase_one = None
+                self.drop_generator_state()
             return
         for k in uploads:
             self.peer_features[k] = {
@@ -289,22 +398,29 @@ class FedSagePlus(ParameterAveraging):
             return self.received_bytes[k]
         return super().download_bytes(k)
 
-    @torch.no_grad()
     def mend_all(self) -> None:
-        """Replace every client's graph by its NeighGen-mended version (in place in
-        ``self.clients``, the list the round loop evaluates on), then drop what only phase 1
-        uses: the NeighGens, auxiliary classifiers, their optimiser states (most of a run's
-        memory and checkpoint size), the relayed peer features and the neighbour samplers.
-        Each client's NeighGen and optimiser state go as soon as its graph is mended, so the
-        mended graphs (dense generated features) do not add to all the NeighGens at once."""
-        for k, client in enumerate(self.clients):
-            model = self.neighgens[k]
-            model.eval()
-            with private_rng(self.federation.generator, self.device):
-                count, feat = model(client.x, client.adj, only_used=self.only_used_slots)
-            self.clients[k] = mended_client(client, count.long(), feat)
-            del model, count, feat
-            self.neighgens[k] = self.gen_optimizers[k] = None
+        """Replace every client's graph by its NeighGen-mended version (:meth:`mend`; in place in
+        ``self.clients``, the list the round loop evaluates on, one client after the other so that
+        the mended graphs do not add to all the NeighGens at once), then drop what only phase 1 uses."""
+        for k in range(len(self.clients)):
+            self.clients[k] = self.mend(k, draw_seed(self.federation.generator))
+        self.drop_generator_state()
+
+    @torch.no_grad()
+    def mend(self, k: int, seed: int) -> ClientData:
+        """Client k's graph with the neighbours its NeighGen (eval mode, on the RNG seeded with
+        ``seed``) generates attached (:func:`mended_client`); its NeighGen, optimiser state and
+        auxiliary classifier are dropped."""
+        client, model = self.clients[k], self.neighgens[k]
+        model.eval()
+        with seeded_rng(seed, self.device):
+            count, feat = model(client.x, client.adj, only_used=self.only_used_slots)
+        self.neighgens[k] = self.gen_optimizers[k] = self.aux_classifiers[k] = None
+        return mended_client(client, count.long(), feat)
+
+    def drop_generator_state(self) -> None:
+        """Drop what only phase 1 uses: the NeighGens, auxiliary classifiers and optimisers (most
+        of a run's memory and checkpoint size), the relayed peer features and the neighbour samplers."""
         self.neighgens, self.aux_classifiers, self.gen_optimizers, self.samplers = [], [], [], []
         self.peer_features = [{} for _ in self.clients]
 

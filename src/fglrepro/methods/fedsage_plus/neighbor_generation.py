@@ -317,16 +317,21 @@ class NeighborSampler:
         self.neighbors = dst[torch.argsort(src * client.num_nodes + dst)]
         self.start = self.degree.cumsum(0) - self.degree
 
-    def sample(self, num_rows: int, num_pred: int, generator: torch.Generator) -> Tensor | None:
-        """``[num_rows, P, F]``: for each row a uniformly drawn node with at least one
-        neighbour and P of its neighbours drawn with replacement; None when the graph has no edge."""
+    def draw(self, num_rows: int, num_pred: int, generator: torch.Generator) -> Tensor | None:
+        """``[num_rows, P]`` node ids: for each row a uniformly drawn node with at least one
+        neighbour and P of its neighbours drawn with replacement; None (nothing drawn) when the
+        graph has no edge."""
         if self.with_neighbors.numel() == 0:
             return None
         device = self.neighbors.device
         rows = self.with_neighbors[
             torch.randint(self.with_neighbors.numel(), (num_rows,), generator=generator).to(device)]
         offsets = (torch.rand(num_rows, num_pred, generator=generator).to(device) * self.degree[rows, None]).long()
-        return self.x[self.neighbors[self.start[rows, None] + offsets]]
+        return self.neighbors[self.start[rows, None] + offsets]
+
+    def features(self, ids: Tensor) -> Tensor:
+        """``[num_rows, P, F]``: the features of the drawn node ids ``[num_rows, P]``."""
+        return self.x[ids]
 
 
 def mend_graph(x: Tensor, edge_index: Tensor, count: Tensor, feat: Tensor,
