@@ -154,8 +154,8 @@ def test_mending_frees_each_clients_neighgen_and_adam_state_before_the_next(sbm,
 
 
 def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(sbm):
-    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 2, "num_pred": 2}, rounds=3)
-    method.client_major = False  # the messages, round by round
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 2, "num_pred": 2, "client_major": False},
+                         rounds=3)  # the messages, round by round
     first = all_clients(method, 1)
     method.server_update(1, first)
     for k, upload in first.items():
@@ -182,24 +182,24 @@ def test_generator_uploads_carry_features_as_side_data_and_gradients_for_peers(s
 def test_client_major_phase_one_gives_the_round_major_run_bit_for_bit(sbm, engine):
     """Every generator round of one client, then the next's, with the round-major order's draws:
     the same rounds (metrics, losses, bytes), mended graphs and trained classifier to the last bit."""
-    hparams, rounds = {"generator_rounds": 4, "num_pred": 2}, 6
     runs = []
     for client_major in (True, False):
-        method = make_method(sbm, "fedsage_plus", hparams, rounds=rounds, engine=engine, unbalanced=True)
+        hparams = {"generator_rounds": 4, "num_pred": 2, "client_major": client_major}
+        method = make_method(sbm, "fedsage_plus", hparams, rounds=6, engine=engine, unbalanced=True)
         for g in method.neighgens:  # dGen starts near 2 missing neighbours everywhere: graphs get mended
             torch.nn.init.constant_(g.dgen.bias, 2.0)
-        method.client_major = client_major
         sizes = [c.num_nodes for c in method.clients]
         seeds = []  # (client, seed of its local round or mending), in the order they ran
         local_round, mend = method.local_round, method.mend
         method.local_round = lambda k, f=local_round, s=seeds: s.append((k, torch.initial_seed())) or f(k)
         method.mend = lambda k, seed, f=mend, s=seeds: s.append((k, seed)) or f(k, seed)
-        history = run_federation(method, rounds, EVAL).rounds
+        history = run_federation(method, 6, EVAL).rounds
         runs.append((method, history, method.federation.generator.get_state(), seeds))
     (major, ours, gen_ours, seeds_ours), (minor, theirs, gen_theirs, seeds_theirs) = runs
     assert ours == theirs and torch.equal(gen_ours, gen_theirs)
     assert seeds_ours != seeds_theirs and sorted(seeds_ours) == sorted(seeds_theirs)  # other order, same draws
     assert [k for k, _ in seeds_ours] == [k for k in range(3) for _ in range(5)]
+    assert major.client_major and not minor.client_major
     assert all(r["download_bytes"][0] > r["upload_bytes"][0] > 0 for r in ours[1:4])  # peers' payloads relayed
     assert all(torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
                for a, b in zip(major.clients, minor.clients))
@@ -224,6 +224,13 @@ def test_client_major_phase_one_keeps_one_client_s_adam_state_at_a_time(sbm, mon
     assert all(moments in ([], [k]) for k, moments, _ in seen)
     assert all(alive == [j >= k for j in range(3)] for k, _, alive in seen)
     assert all(w() is None for w in weights)
+
+
+def test_partial_participation_runs_phase_one_round_by_round(sbm):
+    method = make_method(sbm, "fedsage_plus", {"generator_rounds": 2, "num_pred": 2}, rounds=3, participation=0.5)
+    assert not method.client_major and method.hparams.client_major
+    history = run_federation(method, 3, EVAL)
+    assert method.phase_one is None and sum(b > 0 for b in history.rounds[0]["upload_bytes"]) == 2
 
 
 @pytest.mark.parametrize("peers", [1, 2, 7, 19])

@@ -291,7 +291,7 @@ def test_a_run_can_ask_the_cluster_for_more_than_its_dataset_class(repo, tmp_pat
     rows keep the small-dataset request."""
     requests = train_requests(repo, tmp_path)
     # FedSage+: its runtime as the study declares it, its memory from the measured peaks per client count
-    assert [requests["fedsage_plus", k][:2] for k in (5, 10, 20)] == [(2500, 120), (4000, 120), (6500, 120)]
+    assert [requests["fedsage_plus", k][:2] for k in (5, 10, 20)] == [(1000, 120), (1500, 120), (2500, 120)]
     assert requests["fedavg", 10] == (2000, 30, 1800)  # never measured: the class's 30 min, as a long job
 
 
@@ -307,7 +307,20 @@ def test_a_job_that_ran_in_the_snapshot_declares_what_it_measured(repo, tmp_path
     assert requests["fedavg", 10] == (4000, 50, 1000)
     assert requests["fedavg", 5] == (2000, 30, 1800)
     assert requests["fedsage_plus", 5] == (1500, 120, 600)  # the study declares FedSage+'s runtime
-    assert requests["fedsage_plus", 10][:2] == (4000, 120)
+    assert requests["fedsage_plus", 10][:2] == (1500, 120)
+
+
+def test_fedsage_plus_round_by_round_declares_the_memory_of_every_client_s_adam_state(repo, tmp_path):
+    """FedSage+'s phase 1 client by client holds one client's Adam moments, round by round
+    (``client_major: false``) every client's: the latter declares the round-major fit."""
+    runs = {"sage": {"method": "fedsage_plus", "label": "FedSage+", "hparams": {"generator_rounds": 1}},
+            "rounds": {"method": "fedsage_plus", "label": "FedSage+ (round by round)",
+                       "hparams": {"generator_rounds": 1, "client_major": False}}}
+    work = make_workdir(repo, tmp_path, {**TINY_STUDY, "seeds": [0], "runs": runs})
+    proc = snakemake(work, "--dry-run", "--until", "train")
+    declared = {re.search(r"run=(\w+)", block).group(1): int(re.search(r"mem_mb=(\d+)", block).group(1))
+                for block in proc.stdout.split("rule train:")[1:]}
+    assert declared == {"sage": 1000, "rounds": 2000}  # 1.25 x (510 + 3 x 58) and 1.25 x (950 + 3 x 200)
 
 
 @pytest.mark.e2e

@@ -267,33 +267,40 @@ def dataset_resources(dataset, key):
 
 
 #: Peak memory of a FedSage+ run (fgl-train, one thread, CPU), MB ~ base + K x per_client,
-#: fitted to the peaks measured with K = 5, 10, 20 clients (FedTAD Table 2 settings). Every
-#: client keeps its own NeighGen through phase 1, whose fGen output layer with Adam's two
-#: moments (3 x 2048 x 5F floats: 176 MB on Cora, 455 MB on CiteSeer) makes up most of the
-#: per-client term; Adam's weight decay updates all of it at every step, so it cannot shrink
-#: without changing the numbers. Rechecked after issue 23 (which left that state as it was and
-#: drops it after mending): Cora-10 peaked at 2594-2749 MiB in four runs (2673-2859 before), within the fit.
-#: CS from one peak (10 clients, three of the 50 NeighGen rounds: 13585 MiB, after the peer gradients went sparse in
-#: e095d51), split into a per-client term of the fGen output layer with Adam (836 MB) plus its client's share of
-#: the relayed features and gradients, and the rest; Cora-10 after e095d51: 2335 MiB.
-FEDSAGE_PLUS_PEAK_MB = {"Cora": (950, 200), "CiteSeer": (1000, 590), "CS": (3600, 1000)}
+#: fitted to the peaks measured with K = 5, 10, 20 clients (FedTAD Table 2 settings, seeds 0-2, at
+#: 0135be9). Phase 1 runs client by client, so one client's Adam moments are held at a time; the
+#: per-client term is each client's NeighGen, built at the start (its fGen output layer, 2048 x 5F
+#: floats: 59 MB on Cora, 152 MB on CiteSeer).
+FEDSAGE_PLUS_PEAK_MB = {"Cora": (510, 58), "CiteSeer": (930, 144)}
+#: The same, round by round (``hparams.client_major: false``, or partial participation), where every
+#: client's NeighGen keeps its Adam moments through phase 1 (3 x 2048 x 5F floats: 176 MB on Cora,
+#: 455 MB on CiteSeer): fitted the same way before phase 1 ran client by client; CS from one peak
+#: (10 clients, three of the 50 NeighGen rounds: 13585 MiB, after the peer gradients went sparse in
+#: e095d51), split into a per-client term of the fGen output layer with Adam (836 MB) plus its
+#: client's share of the relayed features and gradients, and the rest. Also the declaration of a
+#: client-by-client run on a dataset measured only round by round.
+FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB = {"Cora": (950, 200), "CiteSeer": (1000, 590), "CS": (3600, 1000)}
 #: Declared memory over the measured peak.
 FEDSAGE_PLUS_MEMORY_MARGIN = 1.25
 #: FedSage+ on a dataset whose peak was not measured (the flat declaration of earlier versions).
 FEDSAGE_PLUS_UNMEASURED_MB = 16000
 
 
-def fedsage_plus_mem_mb(entry, dataset, clients):
-    """``mem_mb`` of a run that trains FedSage+'s NeighGens (FedSage+ itself, or a method on
-    top of it: ``hparams.base``): from :data:`FEDSAGE_PLUS_PEAK_MB`, rounded up to 500 MB, or
+def fedsage_plus_mem_mb(spec):
+    """``mem_mb`` of a training run (its ``fgl-train`` spec) that trains FedSage+'s NeighGens
+    (FedSage+ itself, or a method on top of it: ``hparams.base``): from :data:`FEDSAGE_PLUS_PEAK_MB` (round by round, or where it
+    lacks the dataset, :data:`FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB`), rounded up to 500 MB, or
     :data:`FEDSAGE_PLUS_UNMEASURED_MB` on other datasets; None for other methods."""
-    uses_neighgen = "fedsage_plus" in (entry.get("method"), entry.get("hparams", {}).get("base"))
-    if not uses_neighgen:
+    hparams, dataset = spec["hparams"], spec["dataset"]
+    if "fedsage_plus" not in (spec["method"], hparams.get("base")):
         return None
-    if dataset not in FEDSAGE_PLUS_PEAK_MB:
+    round_major = hparams.get("client_major") is False or spec["train"].get("participation", 1.0) < 1.0
+    fits = [FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB] + ([] if round_major else [FEDSAGE_PLUS_PEAK_MB])
+    fit = next((table[dataset] for table in reversed(fits) if dataset in table), None)
+    if fit is None:
         return FEDSAGE_PLUS_UNMEASURED_MB
-    base, per_client = FEDSAGE_PLUS_PEAK_MB[dataset]
-    return 500 * int(-(-FEDSAGE_PLUS_MEMORY_MARGIN * (base + int(clients) * per_client) // 500))
+    base, per_client = fit
+    return 500 * int(-(-FEDSAGE_PLUS_MEMORY_MARGIN * (base + spec["clients"] * per_client) // 500))
 
 
 #: Peak memory and cost of the snapshot's runs (config ``measured_runs``, fglrepro.resources).
@@ -316,7 +323,7 @@ def run_resources(wildcards, key):
     if value is not None:
         return declare(value)
     if key == "mem_mb":
-        fedsage_plus = fedsage_plus_mem_mb(entry, wildcards.dataset, wildcards.clients)
+        fedsage_plus = fedsage_plus_mem_mb(json.loads(train_spec(wildcards)))
         if fedsage_plus is not None:
             return fedsage_plus
     return dataset_resources(wildcards.dataset, key)

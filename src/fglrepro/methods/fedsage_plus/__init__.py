@@ -50,6 +50,11 @@ class FedSagePlusHparams:
     count_weight, feature_weight, class_weight: weights of the dGen smooth-L1, fGen
         greedy-matching (local and cross-client) and auxiliary classification losses
         (1, 1, 1 in both codes).
+        client_major: run phase 1 client by client (same numbers, one client's Adam moments in
+        memory at a time, but all of it inside round 1, so a checkpoint cannot resume within it);
+        False: round by round (every client's NeighGen and moments held; checkpoints between
+        generator rounds, for runs of hours that may be stopped). Partial participation always runs
+        round by round. Not a parameter of the method: no paper states it.
     """
 
     generator_rounds: int = 50
@@ -59,6 +64,7 @@ class FedSagePlusHparams:
     count_weight: float = 1.0
     feature_weight: float = 1.0
     class_weight: float = 1.0
+    client_major: bool = True
 
     def __post_init__(self) -> None:
         if self.generator_rounds < 0 or self.num_pred < 0 or self.latent_dim < 1:
@@ -126,7 +132,7 @@ class FedSagePlus(ParameterAveraging):
     was computed by the other clients in round t-1 on the features k uploaded in round t-2.
     fGen runs only on nodes whose generated neighbours can reach a training node's logits.
 
-    Client-major order (every client in every round, ``train.participation`` 1): no NeighGen
+    Client-major order (``hparams.client_major``, every client in every round): no NeighGen
     reads another's, so phase 1 runs client by client (:meth:`generator_phase`, in the first
     round's client update): every generator round of client 0, then of client 1, ..., each
     NeighGen dropped with its optimiser state once its graph is mended, so that one client's Adam
@@ -134,7 +140,8 @@ class FedSagePlus(ParameterAveraging):
     drawn first in that order from the run's generator (the seed of each client round, the
     peers' neighbour samples, the mending seeds); the rounds then report the recorded losses and
     bytes, and the mended graphs replace the clients' after the last generator round: the same
-    run record bit for bit. With partial participation the rounds run round-major.
+    run record bit for bit. Checkpoints are written between rounds, so phase 1 then resumes only
+    from its start. With partial participation the rounds run round-major.
 
     fGen's output layer (``2048 x P*F``) dominates the cost, and only each node's first
     ``min(P, predicted count)`` slots are ever read. Unless ``train.engine`` is
@@ -161,10 +168,11 @@ class FedSagePlus(ParameterAveraging):
     moments; client-major, one client's moments at a time, each NeighGen dropped once its graph
     is mended, so that the K NeighGens' initial weights (built at once, from one stream of
     draws) are most of what is left: the seed-0 runs of FedTAD Table 2 peak at 1074 MB on
-    Cora-10 and 3809 MB on CiteSeer-20, against 2242 and 9777 MB round-major. The peer gradients, K - 1 per upload and all K uploads of a round
-    held until the server relays them, are non-zero only at the (node, slot) pairs the
-    peers' losses read, and travel as sparse tensors of those pairs (:func:`sparse_slots`;
-    counted as sent dense, as before); the server sums them densely in the same order.
+    Cora-10 and 3809 MB on CiteSeer-20, against 2242 and 9777 MB round-major. The peer
+    gradients, K - 1 per upload and all K uploads of a round held until the server relays them,
+    are non-zero only at the (node, slot) pairs the peers' losses read, and travel as sparse
+    tensors of those pairs (:func:`sparse_slots`; counted as sent dense, as before); the server
+    sums them densely in the same order.
 
     After round ``generator_rounds`` every client runs its NeighGen (eval mode) on its
     whole local graph and attaches the generated neighbours (:func:`mended_client`); the
@@ -217,7 +225,7 @@ class FedSagePlus(ParameterAveraging):
         self.only_used_slots = federation.train.engine != "sequential"
         self.last_round = 0
         #: run phase 1 client by client (see the class docstring); its record while it is replayed
-        self.client_major = federation.train.participation >= 1.0
+        self.client_major = hparams.client_major and federation.train.participation >= 1.0
         self.phase_one: GeneratorPhase | None = None
         if hparams.generator_rounds == 0:
             self.mend_all()
