@@ -208,6 +208,17 @@ def test_client_major_phase_one_gives_the_round_major_run_bit_for_bit(sbm, engin
     assert all(torch.equal(a, b) for a, b in zip(major.peer_grads, minor.peer_grads))
 
 
+def test_fedtad_over_fedsage_plus_is_the_same_run_in_either_order(sbm):
+    """FedTAD adds its reliability to each client's first upload: counted on top of the recorded bytes."""
+    histories = []
+    for client_major in (True, False):
+        base = {"generator_rounds": 2, "num_pred": 2, "client_major": client_major}
+        method = make_method(sbm, "fedtad", {"base": "fedsage_plus", "base_hparams": base, "distill_epochs": 1},
+                             rounds=3, unbalanced=True)
+        histories.append(run_federation(method, 3, EVAL).rounds)
+    assert histories[0] == histories[1]
+
+
 def test_client_major_phase_one_keeps_one_client_s_adam_state_at_a_time(sbm, monkeypatch):
     method = make_method(sbm, "fedsage_plus", {"generator_rounds": 3, "num_pred": 2}, rounds=4)
     weights = [weakref.ref(g.fgen[5].weight) for g in method.neighgens]

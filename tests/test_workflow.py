@@ -313,14 +313,16 @@ def test_a_job_that_ran_in_the_snapshot_declares_what_it_measured(repo, tmp_path
 def test_fedsage_plus_round_by_round_declares_the_memory_of_every_client_s_adam_state(repo, tmp_path):
     """FedSage+'s phase 1 client by client holds one client's Adam moments, round by round
     (``client_major: false``) every client's: the latter declares the round-major fit."""
+    rounds = {"generator_rounds": 1, "client_major": False}
     runs = {"sage": {"method": "fedsage_plus", "label": "FedSage+", "hparams": {"generator_rounds": 1}},
-            "rounds": {"method": "fedsage_plus", "label": "FedSage+ (round by round)",
-                       "hparams": {"generator_rounds": 1, "client_major": False}}}
+            "rounds": {"method": "fedsage_plus", "label": "FedSage+ (round by round)", "hparams": rounds},
+            "tad": {"method": "fedtad", "label": "FedSage+ + FedTAD (round by round)",
+                    "hparams": {"base": "fedsage_plus", "base_hparams": rounds}}}
     work = make_workdir(repo, tmp_path, {**TINY_STUDY, "seeds": [0], "runs": runs})
     proc = snakemake(work, "--dry-run", "--until", "train")
     declared = {re.search(r"run=(\w+)", block).group(1): int(re.search(r"mem_mb=(\d+)", block).group(1))
                 for block in proc.stdout.split("rule train:")[1:]}
-    assert declared == {"sage": 1000, "rounds": 2000}  # 1.25 x (510 + 3 x 58) and 1.25 x (950 + 3 x 200)
+    assert declared == {"sage": 1000, "rounds": 2000, "tad": 2000}  # 1.25 x (510 + 3 x 58), 1.25 x (950 + 3 x 200)
 
 
 @pytest.mark.e2e

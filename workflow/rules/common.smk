@@ -294,7 +294,8 @@ def fedsage_plus_mem_mb(spec):
     hparams, dataset = spec["hparams"], spec["dataset"]
     if "fedsage_plus" not in (spec["method"], hparams.get("base")):
         return None
-    round_major = hparams.get("client_major") is False or spec["train"].get("participation", 1.0) < 1.0
+    sage = hparams if spec["method"] == "fedsage_plus" else hparams.get("base_hparams", {})
+    round_major = sage.get("client_major") is False or spec["train"].get("participation", 1.0) < 1.0
     fits = [FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB] + ([] if round_major else [FEDSAGE_PLUS_PEAK_MB])
     fit = next((table[dataset] for table in reversed(fits) if dataset in table), None)
     if fit is None:

@@ -93,13 +93,14 @@ def seeded_rng(seed: int, device: torch.device):
 @dataclass
 class SentUpload(Upload):
     """A phase-1 upload of the client-major path, already relayed: its loss and its size in bytes
-    (``sent``, what :attr:`Upload.num_bytes` counted for the tensors it held)."""
+    (``sent``, what :attr:`Upload.num_bytes` counted for the tensors it held), plus any tensor a
+    wrapping method adds to it (FedTAD's reliability)."""
 
     sent: int = 0
 
     @property
     def num_bytes(self) -> int:
-        return self.sent
+        return self.sent + super().num_bytes
 
 
 @dataclass
