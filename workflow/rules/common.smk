@@ -268,17 +268,16 @@ def dataset_resources(dataset, key):
 
 #: Peak memory of a FedSage+ run (fgl-train, one thread, CPU), MB ~ base + K x per_client,
 #: fitted to the peaks measured with K = 5, 10, 20 clients (FedTAD Table 2 settings, seeds 0-2, at
-#: 0135be9). Phase 1 runs client by client, so one client's Adam moments are held at a time; the
+#: 0135be9; CS from K = 10 and 20, seed 0: 6136 and 8892 MiB). Phase 1 runs client by client, so one client's Adam moments are held at a time; the
 #: per-client term is each client's NeighGen, built at the start (its fGen output layer, 2048 x 5F
-#: floats: 59 MB on Cora, 152 MB on CiteSeer).
-FEDSAGE_PLUS_PEAK_MB = {"Cora": (510, 58), "CiteSeer": (930, 144)}
+#: floats: 59 MB on Cora, 152 MB on CiteSeer, 279 MB on CS).
+FEDSAGE_PLUS_PEAK_MB = {"Cora": (510, 58), "CiteSeer": (930, 144), "CS": (3380, 276)}
 #: The same, round by round (``hparams.client_major: false``, or partial participation), where every
 #: client's NeighGen keeps its Adam moments through phase 1 (3 x 2048 x 5F floats: 176 MB on Cora,
 #: 455 MB on CiteSeer): fitted the same way before phase 1 ran client by client; CS from one peak
 #: (10 clients, three of the 50 NeighGen rounds: 13585 MiB, after the peer gradients went sparse in
 #: e095d51), split into a per-client term of the fGen output layer with Adam (836 MB) plus its
-#: client's share of the relayed features and gradients, and the rest. Also the declaration of a
-#: client-by-client run on a dataset measured only round by round.
+#: client's share of the relayed features and gradients, and the rest.
 FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB = {"Cora": (950, 200), "CiteSeer": (1000, 590), "CS": (3600, 1000)}
 #: Declared memory over the measured peak.
 FEDSAGE_PLUS_MEMORY_MARGIN = 1.25
@@ -288,19 +287,18 @@ FEDSAGE_PLUS_UNMEASURED_MB = 16000
 
 def fedsage_plus_mem_mb(spec):
     """``mem_mb`` of a training run (its ``fgl-train`` spec) that trains FedSage+'s NeighGens
-    (FedSage+ itself, or a method on top of it: ``hparams.base``): from :data:`FEDSAGE_PLUS_PEAK_MB` (round by round, or where it
-    lacks the dataset, :data:`FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB`), rounded up to 500 MB, or
+    (FedSage+ itself, or a method on top of it: ``hparams.base``): from :data:`FEDSAGE_PLUS_PEAK_MB`
+    (round by round: :data:`FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB`), rounded up to 500 MB, or
     :data:`FEDSAGE_PLUS_UNMEASURED_MB` on other datasets; None for other methods."""
     hparams, dataset = spec["hparams"], spec["dataset"]
     if "fedsage_plus" not in (spec["method"], hparams.get("base")):
         return None
     sage = hparams if spec["method"] == "fedsage_plus" else hparams.get("base_hparams", {})
     round_major = sage.get("client_major") is False or spec["train"].get("participation", 1.0) < 1.0
-    fits = [FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB] + ([] if round_major else [FEDSAGE_PLUS_PEAK_MB])
-    fit = next((table[dataset] for table in reversed(fits) if dataset in table), None)
-    if fit is None:
+    fits = FEDSAGE_PLUS_ROUND_MAJOR_PEAK_MB if round_major else FEDSAGE_PLUS_PEAK_MB
+    if dataset not in fits:
         return FEDSAGE_PLUS_UNMEASURED_MB
-    base, per_client = fit
+    base, per_client = fits[dataset]
     return 500 * int(-(-FEDSAGE_PLUS_MEMORY_MARGIN * (base + spec["clients"] * per_client) // 500))
 
 
