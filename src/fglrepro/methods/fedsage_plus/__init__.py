@@ -311,17 +311,8 @@ class FedSagePlus(ParameterAveraging):
         turn, with the peer gradients it receives (the peers' samples of their own graphs, summed
         in client order) and its mending; the rounds' losses and bytes as the round-major rounds
         count them."""
-        rounds, num_clients, gen = self.hparams.generator_rounds, len(self.clients), self.federation.generator
-        sizes = [t.numel() for t in self.train_nodes]
-        seeds, ids = [], {}  # seeds[t - 1][k]; ids[t, j, k]: j's neighbour draw for k's features in round t
-        for t in range(1, rounds + 1):
-            seeds.append([])
-            for j in range(num_clients):
-                seeds[-1].append(draw_seed(gen))
-                for k in (range(num_clients) if t > 1 else ()):
-                    if k != j:
-                        ids[t, j, k] = self.samplers[j].draw(sizes[k], self.hparams.num_pred, gen)
-        mend_seeds = [draw_seed(gen) for _ in range(num_clients)]
+        rounds, num_clients = self.hparams.generator_rounds, len(self.clients)
+        seeds, ids, mend_seeds = self.round_major_draws()
         losses = [[float("nan")] * num_clients for _ in range(rounds)]
         sent, relayed, summed = ([[0] * num_clients for _ in range(rounds)] for _ in range(3))
         phase, ticker = GeneratorPhase(), Ticker("FedSage+ phase 1, clients done", num_clients)
@@ -364,6 +355,23 @@ class FedSagePlus(ParameterAveraging):
         if self.peer_slots[k] is not None:
             used[in_train] |= self.peer_slots[k]
         return used
+
+    def round_major_draws(self) -> tuple[list[list[int]], dict[tuple[int, int, int], Tensor | None], list[int]]:
+        """What the run's generator gives phase 1 in round-major order, drawn in that order: the seed
+        of each client round (``seeds[t - 1][k]``), client j's neighbour draw for client k's uploaded
+        features in round t (``ids[t, j, k]`` ``[n_train_k, P]``, from round 2; None when j's graph has
+        no edge) and each client's mending seed."""
+        gen, num_clients = self.federation.generator, len(self.clients)
+        sizes = [t.numel() for t in self.train_nodes]
+        seeds, ids = [], {}
+        for t in range(1, self.hparams.generator_rounds + 1):
+            seeds.append([])
+            for j in range(num_clients):
+                seeds[-1].append(draw_seed(gen))
+                for k in (range(num_clients) if t > 1 else ()):
+                    if k != j:
+                        ids[t, j, k] = self.samplers[j].draw(sizes[k], self.hparams.num_pred, gen)
+        return seeds, ids, [draw_seed(gen) for _ in range(num_clients)]
 
     def cross_client_gradient(self, k: int, ids: Tensor, feat: Tensor, pred_count: Tensor,
                               true_count: Tensor) -> Tensor:
