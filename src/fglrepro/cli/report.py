@@ -32,7 +32,6 @@ log = logging.getLogger("fgl-report")
 
 def parse_args(argv=None) -> argparse.Namespace:
     from fglrepro.report.figure_kinds import FIGURE_INPUTS
-    from fglrepro.report.verify import TOLERANCE
 
     parser, sub, example = subcommand_parser("fgl-report", __doc__)
 
@@ -126,8 +125,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     compared.add_argument("--out", default=None, help="CSV of the per-run comparison")
     for cmd in (check, compared):
         cmd.add_argument("--snapshot", default="docs/results", help="snapshot folder holding runs.csv")
-        cmd.add_argument("--tolerance", type=float, default=TOLERANCE,
-                         help="largest difference in points (accuracy, macro-F1) still 'within'")
+        cmd.add_argument("--tolerance", type=float, default=None,
+                         help="largest difference in points (accuracy, macro-F1) still 'within' (default: "
+                              "fglrepro.report.verify.TOLERANCE, the bound for a rebuild on another machine)")
     args = parser.parse_args(argv)
     if args.command == "snapshot" and args.rerender == bool(args.meta or args.metrics):
         parser.error("snapshot takes --meta and metrics CSVs, or --rerender (each with --partition-stats, if any)")
@@ -216,7 +216,7 @@ def verify_snapshot(args) -> None:
     from fglrepro.io import read_yaml
     from fglrepro.provenance import machine
     from fglrepro.report.snapshot import RUNS, read_runs
-    from fglrepro.report.verify import format_report, select_runs, verify
+    from fglrepro.report.verify import TOLERANCE, format_report, select_runs, verify
 
     device = "cuda" if torch.cuda.is_available() else "cpu"  # what the workflow's --device auto takes
     runs = read_runs(f"{args.snapshot}/{RUNS}")
@@ -226,8 +226,9 @@ def verify_snapshot(args) -> None:
              for r, entry in read_yaml(f"{args.study_dir}/{s}.yaml")["runs"].items() if entry.get("grid")}
     results_dir = args.results_dir or tempfile.mkdtemp(prefix="fgl-verify-")
     log.info("rebuilding %d runs in %s", len(chosen), results_dir)
-    rows = verify(chosen, results_dir, args.cores, grids, args.tolerance, args.at_head, args.data_dir)
-    print(format_report(rows, machine(), args.tolerance), end="")
+    tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+    rows = verify(chosen, results_dir, args.cores, grids, tolerance, args.at_head, args.data_dir)
+    print(format_report(rows, machine(), tolerance), end="")
     if any(row["verdict"] in ("differs", "failed") for row in rows):
         raise SystemExit(1)
 
@@ -237,17 +238,17 @@ def compare_with_snapshot(args) -> None:
     (exit status 1 when a run differs or failed)."""
     from fglrepro.config import ConfigError
     from fglrepro.report.snapshot import RUNS, read_runs
-    from fglrepro.report.verify import compare_results, format_comparison
+    from fglrepro.report.verify import TOLERANCE, compare_results, format_comparison
 
-    compared, others = compare_results(read_runs(f"{args.snapshot}/{RUNS}"), args.results, args.study,
-                                       args.tolerance)
+    tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+    compared, others = compare_results(read_runs(f"{args.snapshot}/{RUNS}"), args.results, args.study, tolerance)
     if compared.empty:
         raise ConfigError(f"no run JSON under {args.results}/runs is named by a row of {args.snapshot}/{RUNS}"
                           f"{' of ' + str(args.study) if args.study else ''}: give --results the folder a "
                           "workflow run wrote (results_dir)")
     if args.out:
         compared.to_csv(args.out, index=False)
-    print(format_comparison(compared, others, args.results, args.tolerance), end="")
+    print(format_comparison(compared, others, args.results, tolerance), end="")
     if compared["verdict"].isin(["differs", "failed"]).any():
         raise SystemExit(1)
 
