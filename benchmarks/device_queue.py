@@ -304,7 +304,7 @@ def print_replaced(snapshot: Path, results_dir: Path, studies: list[str]) -> Non
     from fglrepro.report.verify import compare_results, format_comparison
 
     runs = read_runs(snapshot / RUNS) if (snapshot / RUNS).is_file() else None
-    known = [s for s in studies if runs is not None and s in set(runs["study"])]
+    known = [] if runs is None else sorted(set(studies) & set(runs["study"]))
     compared, others = compare_results(runs, results_dir, known) if known else (None, [])
     if compared is None or compared.empty:
         print("no run folded replaces a row of the snapshot", flush=True)

@@ -268,9 +268,10 @@ def dataset_resources(dataset, key):
 
 #: Peak memory of a FedSage+ run (fgl-train, one thread, CPU), MB ~ base + K x per_client,
 #: fitted to the peaks measured with K = 5, 10, 20 clients (FedTAD Table 2 settings, seeds 0-2, at
-#: 0135be9; CS from K = 10 and 20, seed 0: 6136 and 8892 MiB). Phase 1 runs client by client, so one client's Adam moments are held at a time; the
-#: per-client term is each client's NeighGen, built at the start (its fGen output layer, 2048 x 5F
-#: floats: 59 MB on Cora, 152 MB on CiteSeer, 279 MB on CS).
+#: 0135be9; CS from K = 10 and 20, seed 0: 6136 and 8892 MiB). Phase 1 runs client by client, so
+#: one client's Adam moments are held at a time; the per-client term is each client's NeighGen,
+#: built at the start (its fGen output layer, 2048 x 5F floats: 59 MB on Cora, 152 MB on CiteSeer,
+#: 279 MB on CS).
 FEDSAGE_PLUS_PEAK_MB = {"Cora": (510, 58), "CiteSeer": (930, 144), "CS": (3380, 276)}
 #: The same, round by round (``hparams.client_major: false``, or partial participation), where every
 #: client's NeighGen keeps its Adam moments through phase 1 (3 x 2048 x 5F floats: 176 MB on Cora,
@@ -322,7 +323,7 @@ def run_resources(wildcards, key):
     if value is not None:
         return declare(value)
     if key == "mem_mb":
-        fedsage_plus = fedsage_plus_mem_mb(json.loads(train_spec(wildcards)))
+        fedsage_plus = fedsage_plus_mem_mb(run_spec(wildcards))
         if fedsage_plus is not None:
             return fedsage_plus
     return dataset_resources(wildcards.dataset, key)
@@ -368,11 +369,15 @@ def train_code(wildcards):
 
 # ---- params: every value that changes a result reaches its rule here --------------------
 
+def run_spec(wildcards):
+    """The spec of one training job (:func:`fglrepro.validation.train_spec`), as a dict."""
+    return _train_spec(STUDIES[wildcards.study], wildcards.study, wildcards.run, wildcards.dataset,
+                       wildcards.scheme, wildcards.clients, wildcards.seed)
+
+
 def train_spec(wildcards):
     """JSON spec of one training job (what ``fgl-train --spec`` reads)."""
-    spec = _train_spec(STUDIES[wildcards.study], wildcards.study, wildcards.run, wildcards.dataset,
-                       wildcards.scheme, wildcards.clients, wildcards.seed)
-    return json.dumps(spec, sort_keys=True)
+    return json.dumps(run_spec(wildcards), sort_keys=True)
 
 
 def study_meta(study):
