@@ -32,7 +32,7 @@ python3 -c "import torch, torch_geometric as g; print('torch', torch.__version__
 nvidia-smi --query-gpu=name,memory.used,memory.total,utilization.gpu --format=csv 2>/dev/null
 nproc
 if [[ " $STAGES " == *" tests "* ]]; then
-    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_engine.py tests/test_cuda.py \
+    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -o addopts=-ra -m cuda tests/test_engine.py tests/test_cuda.py \
         > "$OUT/pytest.log" 2>&1 &
     tests=$!
 fi

@@ -83,7 +83,7 @@ def run_mutation(root: Path, mutation: dict, env: dict[str, str]) -> tuple[str, 
     path.write_text(original.replace(mutation["original"], mutation["replacement"]))
     start = time.perf_counter()
     try:
-        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
                                  *mutation["tests"]], cwd=root, env=env, capture_output=True, text=True, check=False)
     finally:
         path.write_text(original)

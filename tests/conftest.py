@@ -19,6 +19,13 @@ MIRROR = REPO / "resources" / "datasets" / "planetoid"
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The SLURM tests first (a stable sort, so a module's tests stay together): the longest test
+    (minutes) then starts on one worker while the others share the rest, instead of running alone
+    at the end of a parallel run (``-n auto`` in pyproject.toml)."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
