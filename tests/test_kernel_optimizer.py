@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,3 +155,11 @@ def test_does_not_import_dynamo():
             "p.grad = torch.ones(3); o.step(); print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_no_training_row_imports_dynamo():
+    """Every row of the studies (tests/test_cuda.py's) trains without importing torch._dynamo:
+    tests/dynamo_probe.py refuses the import and prints each row that asked."""
+    probe = Path(__file__).with_name("dynamo_probe.py")
+    out = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, check=True).stdout
+    assert out == ""

@@ -45,6 +45,7 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.aggregation import load_parameters, parameters_of
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import ClientBatch, StackedGCN, StackedOptimizer, VectorisedEngine, block_diagonal
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.losses import kl_divergence
 from fglrepro.fl.method import Federation, ParameterAveraging, RunSetup, Upload
 from fglrepro.fl.training import check_finite, cross_entropy_loss, make_optimizer, train_steps
@@ -171,8 +172,8 @@ class FedGLS(ParameterAveraging):
         self.global_encoder = MLP(num_features, model.hidden, model.hidden, layers=model.layers,
                                   dropout=model.dropout).to(
             self.clients[0].x.device)
-        self.encoder_optimizers: dict[int, torch.optim.Optimizer] = {}
-        self.learner_optimizers: dict[int, torch.optim.Optimizer] = {}
+        self.encoder_optimizers: dict[int, KernelOptimizer] = {}
+        self.learner_optimizers: dict[int, KernelOptimizer] = {}
         #: fast path with homogeneous GCNs: the local epochs of all participants at once
         self.batched = (self.fast and federation.client_models is None and type(model) is GCN
                         and model.jk is None)
@@ -209,7 +210,7 @@ class FedGLS(ParameterAveraging):
         state, client = self.states[k], self.clients[k]
         learner = state.modules["learner"]
         if k not in self.learner_optimizers:
-            self.learner_optimizers[k] = torch.optim.Adam(learner.parameters(), lr=self.hparams.lr_learner)
+            self.learner_optimizers[k] = KernelOptimizer(learner.parameters(), lr=self.hparams.lr_learner)
         optimizer = self.learner_optimizers[k]
         learner.train()
         with frozen(state.model, state.modules["encoder"]):

@@ -93,6 +93,7 @@ from fglrepro.config import ConfigError
 from fglrepro.fl.clients import ClientData
 from fglrepro.fl.communication import module_bytes
 from fglrepro.fl.engine import ClientBatch, StackedGCN
+from fglrepro.fl.kernel_optimizer import KernelOptimizer
 from fglrepro.fl.method import FederatedMethod, Federation, RunSetup, Upload
 from fglrepro.fl.training import make_optimizer, train_steps
 from fglrepro.methods import register
@@ -236,9 +237,9 @@ def condense(client: ClientData, model: nn.Module, hparams: FedGMHparams, genera
     labels = synthetic_labels(client.y[client.train_mask], client.num_classes, hparams.reduction_rate)
     features = initial_features(client, labels, generator).requires_grad_(True)
     pge = PairwiseLinkPredictor(client.x.size(1), hparams.pge_hidden, hparams.pge_layers).to(client.x.device)
-    feature_opt = torch.optim.Adam([features], lr=hparams.feature_lr)
+    feature_opt = KernelOptimizer([features], lr=hparams.feature_lr)
     pge_params = list(pge.parameters())
-    pge_opt = torch.optim.Adam(pge_params, lr=hparams.pge_lr)
+    pge_opt = KernelOptimizer(pge_params, lr=hparams.pge_lr)
     per_class = torch.bincount(labels, minlength=client.num_classes)
     classes = per_class.nonzero().flatten().tolist()
     weights = class_weights(per_class, classes)
@@ -524,8 +525,8 @@ def condense_group(clients: list[ClientData], starts: list[CondensationStart], m
                                      x.dtype)
     gcn, thetas = StackedGCN(model), [copy.deepcopy(model) for _ in clients]
     pge_params = [p for s in starts for p in s.predictor.parameters()]
-    feature_opt = torch.optim.Adam([x], lr=hparams.feature_lr)
-    pge_opt = torch.optim.Adam(pge_params, lr=hparams.pge_lr)
+    feature_opt = KernelOptimizer([x], lr=hparams.feature_lr)
+    pge_opt = KernelOptimizer(pge_params, lr=hparams.pge_lr)
     best_loss = torch.full((m,), math.inf, device=device)
     best_x, best_adj = x.detach().clone(), x.new_zeros(m, n, n)
     cycle = hparams.pge_steps + hparams.feature_steps
@@ -626,7 +627,7 @@ class FedGM(FederatedMethod):
         self.union: CondensedGraph | None = None
         self.owners: Tensor | None = None  # [n'] the client of each synthetic node
         self.union_adj: Tensor | None = None  # [n', n'] normalised adjacency of the union, fixed
-        self.feature_opt: torch.optim.Adam | None = None
+        self.feature_opt: KernelOptimizer | None = None
 
     @property
     def batched(self) -> bool:
@@ -662,7 +663,7 @@ class FedGM(FederatedMethod):
                                       for u in uploads.values()])
             self.owners = torch.cat([torch.full_like(u.extras["y"], k) for k, u in uploads.items()])
             self.union_adj = dense_normalized_adjacency(self.union.adj)
-            self.feature_opt = torch.optim.Adam([self.union.x.requires_grad_(True)], lr=self.hparams.feature_lr)
+            self.feature_opt = KernelOptimizer([self.union.x.requires_grad_(True)], lr=self.hparams.feature_lr)
         else:
             self.match_features(uploads)
             reinitialise(self.global_model, self.federation.generator)
