@@ -1,8 +1,9 @@
-"""Run by tests/test_kernel_optimizer.py in a fresh process: every training row of
-tests/test_cuda.py's ``SPECS`` (the five main tables and a row of every other method) for its two
-short rounds, with ``import torch._dynamo`` refused. Prints one line per row that asked for it (the
-row and the fglrepro / torch.optim frames that asked) and nothing else: importing ``torch._dynamo``
-costs about a second of CPU per training process (:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer`)."""
+"""Run by tests/test_kernel_optimizer.py in a fresh process, given the folder of conftest's
+``cli_inputs``: every training row of tests/test_cuda.py's ``SPECS`` (the five main tables and a row
+of every other method) for its two short rounds, with ``import torch._dynamo`` refused. Prints one
+line per row that asked for it (the row and the fglrepro / torch.optim frames that asked) and nothing
+else: importing ``torch._dynamo`` costs about a second of CPU per training process
+(:class:`~fglrepro.fl.kernel_optimizer.KernelOptimizer`)."""
 
 from __future__ import annotations
 
@@ -36,25 +37,22 @@ def main() -> None:
     import fglrepro.data.graph  # noqa: F401  (PyG through fglrepro's import shim, before conftest's PyG)
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from conftest import make_sbm
     from test_cuda import SPECS
 
     from fglrepro.cli.train import execute
-    from fglrepro.data.graph import save_graph
+    from fglrepro.data.graph import load_graph
     from fglrepro.partition.build import PartitionSpec, build_partition
 
     torch.set_num_threads(1)
-    root = Path(tempfile.mkdtemp())
-    data = make_sbm()
-    save_graph(data, root / "g.pt")
-    for name, graphless in (("p.pt", 0.0), ("graphless.pt", 0.34)):  # FedGLS: one of the 3 clients graphless
-        spec = PartitionSpec("metis", "stratified", 0.4, 0.3, graphless_ratio=graphless)
-        build_partition(data, spec, 3, seed=0).save(root / name)
+    inputs = Path(sys.argv[1])  # conftest's cli_inputs: g.pt and its partition p.pt
+    graphless = Path(tempfile.mkdtemp()) / "graphless.pt"  # FedGLS: one of the 3 clients graphless
+    spec = PartitionSpec("metis", "stratified", 0.4, 0.3, graphless_ratio=0.34)
+    build_partition(load_graph(inputs / "g.pt"), spec, 3, seed=0).save(graphless)
     for row, spec in sorted(SPECS.items()):
         ROW[0] = row
-        partition = "graphless.pt" if spec["method"] == "fedgls" else "p.pt"
+        partition = graphless if spec["method"] == "fedgls" else inputs / "p.pt"
         try:
-            execute(spec, str(root / "g.pt"), str(root / partition), "cpu")
+            execute(spec, str(inputs / "g.pt"), str(partition), "cpu")
         except ImportError:  # the refusal, recorded above
             pass
     for row, frames in REFUSED:

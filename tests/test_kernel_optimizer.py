@@ -157,9 +157,10 @@ def test_does_not_import_dynamo():
     assert out.strip() == "False"
 
 
-def test_no_training_row_imports_dynamo():
+def test_no_training_row_imports_dynamo(cli_inputs):
     """Every row of the studies (tests/test_cuda.py's) trains without importing torch._dynamo:
     tests/dynamo_probe.py refuses the import and prints each row that asked."""
     probe = Path(__file__).with_name("dynamo_probe.py")
-    out = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, str(probe), str(cli_inputs)], capture_output=True, text=True,
+                         check=True).stdout
     assert out == ""
