@@ -29,6 +29,7 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/claims.smk"
 include: "workflow/rules/html.smk"
 include: "workflow/rules/progress.smk"
+include: "workflow/rules/hooks.smk"
 
 
 localrules:

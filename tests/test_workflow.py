@@ -115,6 +115,21 @@ def test_run_produces_tables_comparison_and_figures(finished):
     assert (res / "partitions" / "Cora").is_dir()
 
 
+def test_training_and_partition_jobs_ran_in_the_fork_server(finished):
+    """Every training and partition job forked from the run's fork server (its log names each, exit status
+    0), and the server ended with the run (its socket's folder is gone)."""
+    log = (finished / "results" / "logs" / "fork_server.log").read_text()
+    sockets = re.findall(r" serving on (\S+) \(pid", log)
+    assert sockets and not any(Path(path).parent.exists() for path in sockets)
+    results = finished / "results"
+    jobs = {"fgl-train": list((results / "runs").rglob("*.json")),
+            "fgl-partition build": list((results / "partitions").rglob("*.pt"))}
+    assert len(jobs["fgl-train"]) == 4 and len(jobs["fgl-partition build"]) == 2
+    for command, outputs in jobs.items():
+        for out in outputs:
+            assert f": {command} --out {out.relative_to(finished)}: exit status 0 after" in log, (out, log)
+
+
 def test_partition_statistics_table_and_heat_maps(finished):
     res = finished / "results"
     stats = pd.read_csv(res / "tables" / "tiny.partition_stats.csv")

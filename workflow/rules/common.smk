@@ -46,9 +46,10 @@ if isinstance(config.get("only_seeds"), dict):
 else:
     config["only_seeds"] = _seed_numbers(config.get("only_seeds", "all"))
 
-# `--config snapshot_merge=false` reaches the config as a string.
-if str(config.get("snapshot_merge")).lower() in ("true", "false"):
-    config["snapshot_merge"] = str(config["snapshot_merge"]).lower() == "true"
+# `--config snapshot_merge=false` (or fork_server=false) reaches the config as a string.
+for _key in ("snapshot_merge", "fork_server"):
+    if str(config.get(_key)).lower() in ("true", "false"):
+        config[_key] = str(config[_key]).lower() == "true"
 
 # Snakemake reads the config files with plain PyYAML; read them again to refuse a key given twice.
 for _path in workflow.configfiles:

@@ -30,30 +30,3 @@ if workflow.is_main_process and not workflow.dryrun:
     _hint = lock_hint()
     if _hint:
         print(_hint, file=sys.stderr)
-
-
-onstart:
-    from fglrepro.progress import record_active_run, start as start_progress, stored_costs
-
-    record_active_run(os.getpid(), ["snakemake", *sys.argv[1:]])
-    start_progress(planned_runs(), parallel_jobs(), stored=stored_costs(Path(SNAPSHOT) / "runs.csv"))
-
-
-onsuccess:
-    from fglrepro.progress import cancel_rescheduling_timers, clear_active_run, damaged_runs_message
-
-    clear_active_run()
-    cancel_rescheduling_timers()
-    message = damaged_runs_message(in_results("logs/aggregate"), WORKFLOW_STARTED)
-    if message:
-        print(message, file=sys.stderr)
-
-
-onerror:
-    from fglrepro.progress import cancel_rescheduling_timers, clear_active_run, stop_message, stopped_jobs
-
-    clear_active_run()
-    cancel_rescheduling_timers()
-    message = stop_message(stopped_jobs(in_results("logs/train"), WORKFLOW_STARTED))
-    if message:
-        print(message, file=sys.stderr)
