@@ -19,9 +19,10 @@ def parallel_jobs():
     return min(limits, default=1)
 
 
-# When the run stops (Ctrl-C, SIGTERM, a failed job), say which training jobs a signal stopped and how to
-# resume, below Snakemake's own "Error in rule train" lines; and note the running workflow's pid, so that a
-# second run started here meanwhile is told the first is still active before it reaches "--unlock".
+# When the run stops (Ctrl-C, SIGTERM, a failed job), the onerror hook (hooks.smk) says which training jobs a
+# signal stopped and how to resume, below Snakemake's own "Error in rule train" lines; the onstart hook notes
+# the running workflow's pid, so that a second run started here meanwhile is told (below) the first is still
+# active before it reaches "--unlock".
 WORKFLOW_STARTED = time.time()
 
 if workflow.is_main_process and not workflow.dryrun:
