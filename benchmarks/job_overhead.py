@@ -56,9 +56,10 @@ def reaped_cpu(pid: int) -> float:
 
 
 def forked(cmd: list[str], server: int) -> float:
-    """CPU seconds of ``cmd`` run through the fork server ``server``: its client and the forked child."""
+    """CPU seconds of ``cmd`` run through the fork server ``server`` (of this checkout's src): its client and
+    the forked child."""
     before = reaped_cpu(server)
-    client = child(cmd, os.environ["PYTHONPATH"])[0]
+    client = child(cmd, str(REPO / "src"))[0]
     return client + reaped_cpu(server) - before
 
 

@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from test_robustness import wait_for
 
 from fglrepro import fork_server
 from fglrepro.processes import process_alive
@@ -114,18 +114,14 @@ def start_long_job(cli_inputs: Path, tmp_path: Path) -> tuple[subprocess.Popen, 
     with open(log, "w") as handle:
         client = subprocess.Popen(train_command(cli_inputs, out, spec, "--checkpoint-every", "-1"), stdout=handle,
                                   stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while "start:" not in log.read_text():
-        assert client.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
+    wait_for(lambda: "start:" in log.read_text() or client.poll() is not None, 120, "the job's start")
+    assert client.poll() is None, log.read_text()
     return client, log, out
 
 
-def wait_for_line(server_log: Path, out: Path, timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    while not served(server_log, out):
-        assert time.monotonic() < deadline, server_log.read_text()
-        time.sleep(0.2)
+def wait_for_line(server_log: Path, out: Path) -> str:
+    """The server's log line of the job writing ``out``, once it is there (within 60 s)."""
+    wait_for(lambda: served(server_log, out), 60, f"the server's line of {out}")
     return served(server_log, out)[0]
 
 
@@ -165,7 +161,4 @@ def test_the_server_leaves_when_the_process_that_started_it_is_gone(tmp_path):
     server_pid = int(parent.stdout.readline())
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 30
-    while process_alive(server_pid):
-        assert time.monotonic() < deadline, "the server outlived its parent by 30 s"
-        time.sleep(0.2)
+    wait_for(lambda: not process_alive(server_pid), 30, "the server to leave after its parent")

@@ -208,12 +208,11 @@ class Server:
         except OSError:
             message = b""
         if not message:
-            self.selector.unregister(job.conn)
-            job.conn.close()
+            self.hang_up(job)
             signal.pidfd_send_signal(job.pidfd, signal.SIGTERM)
             return
         signum = json.loads(message).get("signal")
-        if signum in [int(s) for s in FORWARDED]:
+        if signum in FORWARDED:
             signal.pidfd_send_signal(job.pidfd, signum)
 
     def finish(self, job: Job) -> None:
@@ -229,15 +228,17 @@ class Server:
                 job.conn.send(json.dumps({"status": status}).encode())
             except OSError:
                 pass
-            self.selector.unregister(job.conn)
-            job.conn.close()
-        self.jobs.discard(job)
+        self.drop(job)
 
-    def drop(self, job: Job) -> None:
-        """Forget a client that sent no valid request (or came while stopping)."""
+    def hang_up(self, job: Job) -> None:
+        """Close ``job``'s connection (if still open)."""
         if job.conn.fileno() >= 0:
             self.selector.unregister(job.conn)
             job.conn.close()
+
+    def drop(self, job: Job) -> None:
+        """Forget ``job``: its child ended, or its client sent no valid request (or came while stopping)."""
+        self.hang_up(job)
         self.jobs.discard(job)
 
     def close(self, grace_s: float = 30.0) -> None:
