@@ -10,10 +10,10 @@ misses where a job streams over large tensors (Adam over FedSage+'s generator we
 stacks). The jobs are the workflow's own seed-0 training commands (``snakemake -n -p``, as in
 ``method_costs.py``, which also builds their inputs). Each repetition runs every selected job twice as its
 own process, in alternating order: with that tunable (which ``fgl-train`` keeps when it restarts itself with
-its allocator settings) and without. Reported per job: medians of the process's CPU seconds (user + system,
-``wait4``), of the run JSON's ``cpu_s`` (the federation alone) and of its peak memory, both ways, the ratios,
-and whether every run of the job gave the same metrics and curves. Written after every job: ``<out>.csv``
-and ``<out>.md``.
+its allocator settings) and without (``method_costs.measure``). Reported per job: medians of the process's CPU
+seconds (user + system), of the run JSON's ``cpu_s`` (the federation alone) and of its peak memory, both ways,
+the ratios, and whether every run of the job gave the same metrics and curves. Written after every job:
+``<out>.csv`` and ``<out>.md``.
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
-from method_costs import REPO, training_jobs
+from method_costs import REPO, measure, training_jobs
 
 #: the jobs measured unless ``--jobs`` names others: memory-bound optimiser steps (FedSage+'s generator,
 #: the engine's client stacks with 128 hidden units) and cheaper references
@@ -40,20 +38,10 @@ DEFAULT_JOBS = ("fedtad_table2/fedavg/Cora/10", "fedgkd_table1/fedavg/CiteSeer/1
 MODES = {"huge": "glibc.malloc.hugetlb=1", "off": None}
 
 
-def run_job(argv: list[str], out: Path, tunables: str | None) -> tuple[float, dict]:
-    """CPU seconds of one ``fgl-train`` process (one thread, started with ``tunables``) and its run JSON."""
-    argv = list(argv)
-    argv[argv.index("--out") + 1] = str(out)
-    argv[argv.index("--threads") + 1] = "1"
-    env = {k: v for k, v in os.environ.items() if k not in ("FGLREPRO_FORK_SERVER", "GLIBC_TUNABLES")}
-    if tunables is not None:
-        env["GLIBC_TUNABLES"] = tunables
-    process = subprocess.Popen([sys.executable, "-m", "fglrepro.cli.train", *argv], cwd=REPO, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"fgl-train failed: {process.stderr.read().decode()[-2000:]}")
-    return usage.ru_utime + usage.ru_stime, json.loads(out.read_text())
+def environment(tunables: str | None) -> dict[str, str]:
+    """This process's environment with ``GLIBC_TUNABLES`` set to ``tunables`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    return env if tunables is None else {**env, "GLIBC_TUNABLES": tunables}
 
 
 def summary(samples: dict[str, dict[str, list]]) -> pd.DataFrame:
@@ -95,10 +83,12 @@ def main() -> None:
                 entry = samples.setdefault(job, {"runs": [], **{f"{m}_{mode}": [] for m in ("cpu", "loop", "peak")
                                                                  for mode in MODES}})
                 for mode in (list(MODES) if repeat % 2 == 0 else list(MODES)[::-1]):
-                    cpu, run = run_job(commands[key], Path(scratch) / "run.json", MODES[mode])
+                    out = Path(scratch) / "run.json"
+                    cpu, _, peak = measure(commands[key], REPO / "src", out, "cpu", environment(MODES[mode]))
+                    run = json.loads(out.read_text())
                     entry[f"cpu_{mode}"].append(cpu)
                     entry[f"loop_{mode}"].append(run["cpu_s"])
-                    entry[f"peak_{mode}"].append(run["peak_memory_mb"])
+                    entry[f"peak_{mode}"].append(peak)
                     entry["runs"].append(run)
                     print(f"repeat {repeat + 1}/{args.repeats} {job} {mode}: {cpu:.2f} CPU s "
                           f"(loop {run['cpu_s']:.2f})", flush=True)

@@ -91,14 +91,15 @@ def training_jobs(studies: list[str], datasets: list[str]) -> dict[Key, list[str
     return jobs
 
 
-def measure(argv: list[str], src: Path, out: Path, device: str) -> tuple[float, float, float]:
+def measure(argv: list[str], src: Path, out: Path, device: str,
+            env: dict[str, str] | None = None) -> tuple[float, float, float]:
     """CPU seconds, wall seconds and the run JSON's peak memory (MB) of one ``fgl-train`` process on
-    the package at ``src``."""
+    the package at ``src``, started with ``env`` (default: this process's environment)."""
     argv = list(argv)
     argv[argv.index("--out") + 1] = str(out)
     argv[argv.index("--threads") + 1] = "1"
     argv[argv.index("--device") + 1] = device
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(src)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "fglrepro.cli.train", *argv], cwd=REPO, env=env, check=True,
